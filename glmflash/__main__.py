@@ -1,0 +1,5 @@
+import sys
+
+from glmflash.cli import main
+
+sys.exit(main())

@@ -1,0 +1,47 @@
+"""The `glmflash` command line. Each subcommand lives in its own module, imported on use.
+
+A command module exposes `add_arguments(parser)` and `run(args) -> int`; register it in
+COMMANDS below. Errors meant for the user are raised as `CLIError` and printed as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, one-line help)
+    "info": ("glmflash.info", "parameter counts per component, layer pattern and options"),
+}
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as 'glmflash: error: ...' with exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="glmflash", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except CLIError as err:
+        print(f"glmflash {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"glmflash {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""Device selection, one helper used by every command: auto picks cuda, then mps, then cpu."""
+
+from __future__ import annotations
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "mps", "cuda")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """The torch device for `name`; a device that is asked for but absent is a ValueError."""
+    if name not in DEVICE_CHOICES and not name.startswith("cuda:"):
+        raise ValueError(f"unknown device {name!r}; choose from {', '.join(DEVICE_CHOICES)}")
+    has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if has_mps else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but CUDA is not available here")
+    if name == "mps" and not has_mps:
+        raise ValueError("device 'mps' was asked for but MPS is not available here")
+    return torch.device(name)
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype for precision 'bf16' | 'fp32' on `device` (None: no autocast)."""
+    if precision == "fp32":
+        return None
+    if precision != "bf16":
+        raise ValueError(f"unknown precision {precision!r}; choose bf16 or fp32")
+    if device.type == "mps":
+        return torch.float16
+    return torch.bfloat16

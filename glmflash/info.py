@@ -1,0 +1,88 @@
+"""`glmflash info`: total and active parameters per component, the layer pattern, the options.
+
+Active parameters are those one token uses: every parameter except the routed experts, of
+which a token uses top_k of n_experts. The tied head is the embedding, counted once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+
+from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
+
+COMPONENTS = ("embedding", "attention", "router", "routed_experts", "shared_experts",
+              "streams", "norms", "mtp")
+
+
+def component_of(name: str) -> str:
+    """The component a parameter belongs to, from its qualified name."""
+    parts = name.split(".")
+    if parts[0].startswith("mtp"):
+        return "mtp"
+    if parts[0] in ("embedding", "output"):
+        return "embedding"
+    if parts[0] == "final_norm":
+        return "norms"
+    sub = parts[2]  # layers.<i>.<sublayer>...
+    if sub.startswith("hc_"):
+        return "streams"
+    if sub.endswith("_norm"):
+        return "norms"
+    if sub == "attn":
+        return "attention"
+    if sub == "moe":
+        if parts[3].startswith("router"):
+            return "router"
+        return "shared_experts" if parts[3].startswith("shared") else "routed_experts"
+    raise ValueError(f"parameter {name} belongs to no known component")
+
+
+def parameter_counts(cfg: ModelConfig) -> dict[str, dict[str, int]]:
+    """{'total': {component: n}, 'active': {component: n}} plus the sums under 'all'."""
+    import torch
+
+    from glmflash.model.lm import GLMFlash
+
+    with torch.device("meta"):
+        model = GLMFlash(cfg)
+    total: Counter[str] = Counter()
+    for name, p in model.named_parameters():  # tied parameters are yielded once
+        total[component_of(name)] += p.numel()
+    active = dict(total)
+    active["routed_experts"] = total["routed_experts"] * cfg.top_k // cfg.n_experts
+    total_d = {c: total.get(c, 0) for c in COMPONENTS}
+    active_d = {c: active.get(c, 0) for c in COMPONENTS}
+    total_d["all"], active_d["all"] = sum(total.values()), sum(active.values())
+    return {"total": total_d, "active": active_d}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="25m", help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from glmflash.cli import CLIError
+
+    try:
+        cfg = model_config(args.preset)
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
+    counts = parameter_counts(cfg)
+    if args.json:
+        print(json.dumps({"preset": args.preset, "layer_kinds": cfg.layer_kinds,
+                          "parameters": counts, "config": cfg.to_dict()}))
+        return 0
+    print(f"glmflash preset {args.preset}: {counts['total']['all'] / 1e6:.2f}M parameters, "
+          f"{counts['active']['all'] / 1e6:.2f}M active per token")
+    print(f"layers: {cfg.layer_kinds} (L = {cfg.linear_kind} linear attention, "
+          f"S = {cfg.sparse_kind} sparse attention)")
+    print(f"{'component':<16}{'total':>12}{'active':>12}")
+    for c in (*COMPONENTS, "all"):
+        if counts["total"][c] or c == "all":
+            print(f"{c:<16}{counts['total'][c]:>12,}{counts['active'][c]:>12,}")
+    opts = ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items())
+    print(f"options: {opts}")
+    return 0

@@ -1,0 +1,179 @@
+"""The language model: embedding -> 4 residual streams -> hybrid blocks -> merge -> tied head.
+
+    h_0     = expand(E[tokens])                       (the embedding copied into every stream)
+    for each block:  h = hc_attn.write(h, attn(norm(hc_attn.read(h))))
+                     h = hc_moe.write(h, moe(norm(hc_moe.read(h))))
+    logits  = final_norm(mean over streams of h) @ E^T    (head tied to the embedding)
+
+Layers follow the pattern linear, linear, linear, sparse. `step` decodes incrementally with a
+recurrent state per linear layer and a KV cache per sparse layer; it equals recomputing the
+whole prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glmflash.config import ModelConfig
+from glmflash.model.moe import MoE
+from glmflash.model.norm import RMSNorm
+from glmflash.model.streams import expand_streams, make_stream_mixer, merge_streams
+
+
+def make_attention(cfg: ModelConfig, kind: str) -> nn.Module:
+    """The attention of one layer: 'L' linear (ELU or gated delta rule), 'S' sparse."""
+    if kind == "S":
+        from glmflash.model.attention_sparse import SparseAttention
+        return SparseAttention(cfg)
+    if cfg.linear_kind == "delta":
+        from glmflash.model.attention_delta import DeltaAttention
+        return DeltaAttention(cfg)
+    from glmflash.model.attention_linear import LinearAttention
+    return LinearAttention(cfg)
+
+
+@dataclass
+class DecodeState:
+    """Everything `step` needs to continue a batch of sequences: one state per layer."""
+
+    layers: list[Any]
+    position: int = 0  # number of tokens consumed so far (the next token's position)
+
+    def expand(self, n: int) -> DecodeState:
+        """Repeat a batch-1 state n times along the batch (one prompt, n samples)."""
+        return DecodeState(_map_tensors(self.layers, lambda t: t.expand(n, *t.shape[1:])
+                                        .contiguous()), self.position)
+
+    def select(self, index: Tensor) -> DecodeState:
+        """Keep the batch rows in `index` (drop finished sequences)."""
+        return DecodeState(_map_tensors(self.layers, lambda t: t.index_select(0, index)),
+                           self.position)
+
+
+def _map_tensors(obj: Any, fn) -> Any:
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_map_tensors(o, fn) for o in obj)
+    if hasattr(obj, "_fields"):  # NamedTuple
+        return type(obj)(*(_map_tensors(o, fn) for o in obj))
+    if hasattr(obj, "__dataclass_fields__"):
+        return type(obj)(**{k: _map_tensors(getattr(obj, k), fn)
+                            for k in obj.__dataclass_fields__})
+    return obj
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # [B, T, V]
+    loss: Tensor | None = None  # next-token cross-entropy, when targets are given
+    aux_loss: Tensor | None = None  # sum of the MoE balance losses (and MTP loss, if on)
+    load: Tensor | None = None  # [n_layers, n_experts] fraction of assignments per expert
+    state: DecodeState | None = None
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+
+class Block(nn.Module):
+    """One hybrid layer: attention and MoE sublayers, each behind its own stream connection."""
+
+    def __init__(self, cfg: ModelConfig, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = make_attention(cfg, kind)
+        self.hc_attn = make_stream_mixer(cfg)
+        self.moe_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.moe = MoE(cfg)
+        self.hc_moe = make_stream_mixer(cfg)
+
+    def forward(self, h: Tensor, state: Any = None, offset: int = 0):
+        x, ctx = self.hc_attn.read(h)
+        y, state = self.attn(self.attn_norm(x), state, offset)
+        h = self.hc_attn.write(h, y, ctx)
+        x, ctx = self.hc_moe.read(h)
+        y, stats = self.moe(self.moe_norm(x))
+        h = self.hc_moe.write(h, y, ctx)
+        return h, state, stats
+
+
+class GLMFlash(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg, kind) for kind in cfg.layer_kinds)
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.output.weight = self.embedding.weight  # weight tying
+        if cfg.mtp:
+            # Multi-token prediction: one extra block predicts token t+2 from the last hidden
+            # state at t and the embedding of token t+1 (DeepSeek-V3 style, depth 1).
+            self.mtp_norm_h = RMSNorm(cfg.d_model, cfg.norm_eps)
+            self.mtp_norm_e = RMSNorm(cfg.d_model, cfg.norm_eps)
+            self.mtp_proj = nn.Linear(2 * cfg.d_model, cfg.d_model, bias=False)
+            self.mtp_block = Block(cfg, "L")
+        nn.init.normal_(self.embedding.weight, std=cfg.init_std)
+
+    # -- full-sequence forward ------------------------------------------------------------
+    def forward(self, tokens: Tensor, targets: Tensor | None = None) -> ModelOutput:
+        """tokens [B, T] -> logits [B, T, V]; with targets [B, T], the mean cross-entropy
+        (targets < 0 are ignored)."""
+        out = self.forward_embeddings(self.embedding(tokens))
+        if targets is not None:
+            out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten(),
+                                       ignore_index=-100)
+            if self.cfg.mtp:
+                mtp = self._mtp_loss(out.extra.pop("hidden"), tokens, targets)
+                out.extra["mtp_loss"] = mtp
+                out.aux_loss = out.aux_loss + mtp
+        return out
+
+    def forward_embeddings(self, x: Tensor, state: DecodeState | None = None) -> ModelOutput:
+        """Run the network on input embeddings x [B, T, C] (the vision path places image
+        tokens here). With a state, continue from it and return the new state."""
+        offset = 0 if state is None else state.position
+        layer_states = [None] * len(self.layers) if state is None else state.layers
+        h = expand_streams(x, self.cfg.n_streams)
+        new_states, aux, loads = [], x.new_zeros((), dtype=torch.float32), []
+        for layer, s in zip(self.layers, layer_states, strict=True):
+            h, s, stats = layer(h, s, offset)
+            new_states.append(s)
+            aux = aux + stats.balance_loss
+            loads.append(stats.load)
+        hidden = self.final_norm(merge_streams(h))
+        out = ModelOutput(self.output(hidden), aux_loss=aux, load=torch.stack(loads),
+                          state=DecodeState(new_states, offset + x.shape[1]))
+        if self.cfg.mtp and self.training:
+            out.extra["hidden"] = hidden
+        return out
+
+    def _mtp_loss(self, hidden: Tensor, tokens: Tensor, targets: Tensor) -> Tensor:
+        """Cross-entropy of predicting targets[t + 1] from hidden[t] and embedding(targets[t])."""
+        nxt = self.embedding(targets[:, :-1].clamp_min(0))
+        z = self.mtp_proj(torch.cat((self.mtp_norm_h(hidden[:, :-1]), self.mtp_norm_e(nxt)), -1))
+        h, _, _ = self.mtp_block(expand_streams(z, self.cfg.n_streams))
+        logits = self.output(self.final_norm(merge_streams(h)))
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets[:, 1:].flatten(),
+                               ignore_index=-100)
+
+    # -- incremental decoding ---------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, tokens: Tensor, state: DecodeState | None = None
+             ) -> tuple[Tensor, DecodeState]:
+        """Consume tokens [B, t] after `state` (None: an empty prefix); return the logits of
+        these t positions [B, t, V] and the state after them. Prefill is one call with the
+        whole prompt; each decoding step is a call with t = 1."""
+        out = self.forward_embeddings(self.embedding(tokens), state)
+        return out.logits, out.state
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def moe_layers(self) -> list[MoE]:
+        return [layer.moe for layer in self.layers]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

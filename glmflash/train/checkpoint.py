@@ -1,0 +1,124 @@
+"""Model checkpoints: safetensors weights + a JSON file with the config and metadata.
+
+A checkpoint is a folder:
+    model.safetensors   weights (the tied head is stored once, as the embedding)
+    config.json         {"model": ModelConfig fields, "meta": {...,"sha256": hash of weights}}
+Folders are written atomically (a temporary folder, then a rename), so a crash never leaves a
+half-written checkpoint. Every failure to load is a `CheckpointError` naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from glmflash.config import ConfigError, ModelConfig
+from glmflash.model.lm import GLMFlash
+
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
+TIED = ("output.weight",)  # aliases of the embedding, not stored
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, truncated, corrupt or of another shape."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_dir(final: Path) -> Path:
+    """A fresh temporary sibling of `final`, to be filled and then `commit_dir`-ed."""
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit_dir(tmp: Path, final: Path) -> None:
+    """Replace `final` by `tmp`: after this returns, `final` is complete (old or new)."""
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+
+
+def write_model_files(folder: Path, model: GLMFlash, meta: dict[str, Any]) -> None:
+    """Write the weights and config.json into an existing folder (not atomic by itself)."""
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+             if k not in TIED}
+    save_file(state, str(folder / WEIGHTS))
+    meta = {**meta, "sha256": sha256_file(folder / WEIGHTS)}
+    config = {"model": model.cfg.to_dict(), "meta": meta}
+    (folder / CONFIG).write_text(json.dumps(config, indent=2))
+
+
+def save_model(folder: str | Path, model: GLMFlash, **meta: Any) -> Path:
+    """Atomically write `model` to `folder` with `meta` (step, ...)."""
+    final = Path(folder)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic_dir(final)
+    write_model_files(tmp, model, meta)
+    commit_dir(tmp, final)
+    return final
+
+
+def read_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
+    """The model config and metadata of a checkpoint folder."""
+    path = Path(folder) / CONFIG
+    if not Path(folder).is_dir():
+        raise CheckpointError(f"checkpoint folder not found: {folder}")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint config missing: {path}")
+    try:
+        data = json.loads(path.read_text())
+        return ModelConfig.from_dict(data["model"]), data.get("meta", {})
+    except (json.JSONDecodeError, KeyError, TypeError, ConfigError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint config is corrupt: {path} ({e})") from None
+
+
+def load_model(folder: str | Path, device: str | torch.device = "cpu",
+               verify_hash: bool = True) -> tuple[GLMFlash, dict[str, Any]]:
+    """Load a checkpoint folder into a new model; returns (model, meta)."""
+    cfg, meta = read_config(folder)
+    path = Path(folder) / WEIGHTS
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint weights missing: {path}")
+    if verify_hash and "sha256" in meta and sha256_file(path) != meta["sha256"]:
+        raise CheckpointError(f"checkpoint weights do not match their hash: {path}")
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint weights are unreadable: {path} ({e})") from None
+    model = GLMFlash(cfg)
+    expected = {k: v for k, v in model.state_dict().items() if k not in TIED}
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint weights do not fit the config: {path} "
+                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    for k, v in state.items():
+        if v.shape != expected[k].shape:
+            raise CheckpointError(f"checkpoint weights do not fit the config: {path} "
+                                  f"({k} has shape {tuple(v.shape)}, "
+                                  f"expected {tuple(expected[k].shape)})")
+    model.load_state_dict(state, strict=False)
+    return model.to(device), meta

@@ -1,0 +1,37 @@
+import pytest
+
+from glmflash.config import ConfigError, ModelConfig, model_config
+
+
+def test_presets():
+    big = model_config("25m")
+    assert (big.d_model, big.n_heads, big.n_layers, big.context) == (192, 6, 12, 192)
+    assert big.layer_kinds == "LLLSLLLSLLLS"
+    assert (big.n_experts, big.expert_hidden, big.top_k, big.n_shared) == (8, 384, 2, 1)
+    assert big.n_streams == 4
+    assert model_config("tiny").layer_kinds == "LLLS"
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(n_heads=5), "n_heads"),
+    (dict(top_k=9), "top_k"),
+    (dict(linear_kind="rnn"), "linear_kind"),
+    (dict(layer_pattern="LLX"), "layer_pattern"),
+    (dict(d_model=0), "d_model"),
+    (dict(stream_mixer="x"), "stream_mixer"),
+])
+def test_invalid_fields_are_named(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        model_config("tiny", **overrides)
+
+
+def test_unknown_preset_and_option():
+    with pytest.raises(ConfigError, match="preset"):
+        model_config("huge")
+    with pytest.raises(ConfigError, match="bogus"):
+        model_config("tiny", bogus=1)
+
+
+def test_dict_round_trip():
+    cfg = model_config("tiny", linear_kind="delta")
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
