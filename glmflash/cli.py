@@ -13,6 +13,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "info": ("glmflash.info", "parameter counts per component, layer pattern and options"),
+    "verify": ("glmflash.verify.cli", "check candidate code against a task's hidden cases"),
+    "pretrain": ("glmflash.train.pretrain", "pretrain from random weights on the synthetic corpus"),
 }
 
 

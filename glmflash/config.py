@@ -141,3 +141,55 @@ def model_config(preset: str = "25m", **overrides: Any) -> ModelConfig:
 
 
 __all__ = ["ConfigError", "ModelConfig", "PRESETS", "model_config"]
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """One pretraining run. `steps` counts optimizer updates of `batch_size` sequences of
+    `seq_len` tokens (the global batch, split across data-parallel ranks)."""
+
+    preset: str = "25m"
+    steps: int = 300
+    batch_size: int = 32
+    seq_len: int = 128
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 0
+    corpus: str = "tasks"  # tasks | compositions | stdlib | mix
+    precision: str = "bf16"  # bf16 autocast or fp32
+    optimizer: str = "adamw"  # adamw | muon (Muon for 2-D hidden matrices, AdamW for the rest)
+    eval_every: int = 100
+    eval_batches: int = 4
+    eval_tasks: int = 4  # dev tasks per family for greedy pass@1 during training (0: off)
+    ckpt_every: int = 100
+    keep_checkpoints: int = 2
+    indexer_warmup: int = 0  # dense warm-up steps training only the lightning indexer
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "eval_every", "ckpt_every",
+                     "keep_checkpoints", "eval_batches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("warmup", "eval_tasks", "indexer_warmup"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be positive, got {self.lr}")
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
+        if self.corpus not in ("tasks", "compositions", "stdlib", "mix"):
+            raise ConfigError(f"corpus must be tasks, compositions, stdlib or mix, "
+                              f"got {self.corpus!r}")
+        if self.precision not in ("bf16", "fp32"):
+            raise ConfigError(f"precision must be bf16 or fp32, got {self.precision!r}")
+        if self.optimizer not in ("adamw", "muon"):
+            raise ConfigError(f"optimizer must be adamw or muon, got {self.optimizer!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -6,19 +6,22 @@ With phi(u) = elu(u) + 1 (positive, so the normaliser never vanishes):
     z_t = sum_{s<=t} phi(k_s)              [D]
     y_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps)
 
-Decoding keeps only (S, z): O(1) memory per token. Training uses the chunkwise-parallel form:
-the sequence is cut into chunks of C tokens; inside a chunk the causal product
+Decoding keeps only (S, z): O(1) memory per token. Training uses the chunkwise form: the
+sequence is cut into chunks of C tokens; inside a chunk the causal product
 (phi(Q) phi(K)^T ⊙ tril) V is a small dense matmul, and everything before the chunk enters
-through phi(Q) S_prev, where S_prev is the state at the chunk's start. Only one [D, D] state per
-chunk is formed (an exclusive cumsum over chunks), never one per token.
+through phi(Q) S, with S the state at the chunk's start, carried from chunk to chunk. No
+per-token [D, D] state is ever formed; a loop over T / C chunks costs little Python time.
 
-The denominator phi(q_t)^T z_t is a plain cumsum of phi(k) (O(T D)), kept in float32 even under
-bf16 autocast: it is a sum of up to `context` positive terms, and its rounding would otherwise
-bias every output. The state (S, z) is kept in float32 (or float64 for float64 inputs).
+The kernels run in float32 (float64 for float64 inputs) with autocast switched off, and return
+the values' dtype. The normaliser phi(q_t)^T z_t is a sum of up to `context` positive terms whose
+bf16 rounding would bias every output; and on CPUs without native bf16 the float32 kernel is
+also several times faster. The state (S, z) is always kept in that precision.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -50,16 +53,36 @@ def empty_state(q: Tensor, v: Tensor) -> LinearState:
     return LinearState(q.new_zeros(B, H, D, Dv, dtype=dtype), q.new_zeros(B, H, D, dtype=dtype))
 
 
+Kernel = Callable[..., tuple[Tensor, LinearState]]
+
+
+def full_precision(kernel: Kernel) -> Kernel:
+    """Run kernel(q, k, v, state, ...) in >= float32 without autocast; y comes back in v's dtype."""
+
+    @functools.wraps(kernel)
+    def wrapped(q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None,
+                *args, **kwargs) -> tuple[Tensor, LinearState]:
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        if state is not None:
+            state = LinearState(state.S.to(dtype), state.z.to(dtype))
+        with torch.autocast(q.device.type, enabled=False):
+            y, state = kernel(q.to(dtype), k.to(dtype), v.to(dtype), state, *args, **kwargs)
+        return y.to(v.dtype), state
+
+    return wrapped
+
+
+@full_precision
 def elu_linear_attention_step(q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None,
                               eps: float = EPS) -> tuple[Tensor, LinearState]:
     """One token: q, k [B, H, D], v [B, H, Dv] -> y [B, H, Dv] and the updated state."""
     S, z = state if state is not None else empty_state(q, v)
     fq, fk = feature_map(q), feature_map(k)
-    S = S + fk.to(S.dtype)[..., :, None] * v.to(S.dtype)[..., None, :]
-    z = z + fk.to(z.dtype)
-    num = torch.einsum("bhd,bhde->bhe", fq, S.to(fq.dtype))
-    den = (fq.to(z.dtype) * z).sum(-1, keepdim=True)
-    return (num.to(den.dtype) / (den + eps)).to(v.dtype), LinearState(S, z)
+    S = S + fk[..., :, None] * v[..., None, :]
+    z = z + fk
+    num = torch.einsum("bhd,bhde->bhe", fq, S)
+    den = (fq * z).sum(-1, keepdim=True)
+    return num / (den + eps), LinearState(S, z)
 
 
 def elu_linear_attention_recurrent(q: Tensor, k: Tensor, v: Tensor,
@@ -75,41 +98,30 @@ def elu_linear_attention_recurrent(q: Tensor, k: Tensor, v: Tensor,
     return torch.stack(ys, dim=2) if ys else v.clone(), state
 
 
+@full_precision
 def elu_linear_attention_chunked(q: Tensor, k: Tensor, v: Tensor,
                                  state: LinearState | None = None, chunk: int = 32,
                                  eps: float = EPS) -> tuple[Tensor, LinearState]:
-    """Chunkwise-parallel form of `elu_linear_attention_recurrent` (same arguments and result).
+    """Chunkwise form of `elu_linear_attention_recurrent` (same arguments and result).
 
-    q, k [B, H, T, D] (already rotated), v [B, H, T, Dv]; any T >= 1, any chunk >= 1.
+    q, k [B, H, T, D] (already rotated), v [B, H, T, Dv]; any T >= 1, any chunk >= 1 (the last
+    chunk may be shorter). For each chunk, with (S, z) the state at its start:
+        A   = phi(Q) phi(K)^T ⊙ tril                        [C, C]
+        num = A V + phi(Q) S,   den = A 1 + phi(Q) z
+        S  += phi(K)^T V,       z  += phi(K)^T 1
     """
-    B, H, T, D = q.shape
-    Dv = v.shape[-1]
-    S0, z0 = state if state is not None else empty_state(q, v)
-    fq, fk = feature_map(q), feature_map(k)
-
-    # Denominator phi(q_t)^T (z0 + sum_{s<=t} phi(k_s)), in the state's precision.
-    z = z0[:, :, None] + fk.to(z0.dtype).cumsum(dim=2)
-    den = (fq.to(z.dtype) * z).sum(-1, keepdim=True)
-
-    # Pad with zero *features* (phi(0) = 1 would leak), then cut into N chunks of C.
-    C = min(chunk, T)
-    N = -(-T // C)
-    pad = N * C - T
-    fq, fk, vc = (F.pad(u, (0, 0, 0, pad)).view(B, H, N, C, -1) for u in (fq, fk, v))
-
-    # Intra-chunk: (phi(Q) phi(K)^T ⊙ tril) V.
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    scores = (fq @ fk.transpose(-1, -2)).masked_fill(~causal, 0)
-    num = scores @ vc
-
-    # Inter-chunk: phi(Q) S_prev, S_prev = S0 + sum of earlier chunks' phi(K)^T V.
-    kv = (fk.transpose(-1, -2) @ vc).to(S0.dtype).cumsum(dim=2)  # [B, H, N, D, Dv], inclusive
-    S_prev = torch.cat((S0[:, :, None], S0[:, :, None] + kv[:, :, :-1]), dim=2)
-    num = num + fq @ S_prev.to(fq.dtype)
-
-    num = num.view(B, H, N * C, Dv)[:, :, :T]
-    y = num.to(den.dtype) / (den + eps)
-    return y.to(v.dtype), LinearState(S0 + kv[:, :, -1], z[:, :, -1])
+    S, z = state if state is not None else empty_state(q, v)
+    ys = []
+    for start in range(0, q.shape[2], chunk):
+        fq, fk = (feature_map(u[:, :, start: start + chunk]) for u in (q, k))
+        vc = v[:, :, start: start + chunk]
+        A = (fq @ fk.transpose(-1, -2)).tril()
+        num = A @ vc + fq @ S
+        den = A.sum(-1, keepdim=True) + fq @ z[..., None]
+        ys.append(num / (den + eps))
+        S = S + fk.transpose(-1, -2) @ vc
+        z = z + fk.sum(dim=2)
+    return torch.cat(ys, dim=2), LinearState(S, z)
 
 
 class LinearAttention(nn.Module):

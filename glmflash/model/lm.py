@@ -78,6 +78,12 @@ class ModelOutput:
     extra: dict[str, Tensor] = field(default_factory=dict)
 
 
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean next-token cross-entropy in at least float32 (targets of -100 are ignored)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+
 class Block(nn.Module):
     """One hybrid layer: attention and MoE sublayers, each behind its own stream connection."""
 
@@ -125,8 +131,7 @@ class GLMFlash(nn.Module):
         (targets < 0 are ignored)."""
         out = self.forward_embeddings(self.embedding(tokens))
         if targets is not None:
-            out.loss = F.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten(),
-                                       ignore_index=-100)
+            out.loss = cross_entropy(out.logits, targets)
             if self.cfg.mtp:
                 mtp = self._mtp_loss(out.extra.pop("hidden"), tokens, targets)
                 out.extra["mtp_loss"] = mtp
@@ -158,8 +163,7 @@ class GLMFlash(nn.Module):
         z = self.mtp_proj(torch.cat((self.mtp_norm_h(hidden[:, :-1]), self.mtp_norm_e(nxt)), -1))
         h, _, _ = self.mtp_block(expand_streams(z, self.cfg.n_streams))
         logits = self.output(self.final_norm(merge_streams(h)))
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets[:, 1:].flatten(),
-                               ignore_index=-100)
+        return cross_entropy(logits, targets[:, 1:])
 
     # -- incremental decoding ---------------------------------------------------------------
     @torch.no_grad()

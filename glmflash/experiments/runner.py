@@ -1,0 +1,246 @@
+"""Running an experiment's grid: every (condition, seed) once, in parallel, resumably.
+
+    OUT/NAME/experiment.json                 the definition, the seeds run, one entry per session
+    OUT/NAME/runs/<condition>__seed<k>.json  one finished run: configuration, seed, status,
+                                             metrics (with learning curves), timing
+
+Each run is a pure function (configuration, seed) -> metrics, so runs are independent and
+their order does not matter. They execute in worker processes started by `spawn` (a fresh
+interpreter: no state inherited from the parent), each limited to one thread, so N workers
+use N cores and the numbers do not depend on N. A worker writes its run's file atomically
+(a temporary file, then a rename), so a run's file exists only when the run is complete. An
+exception inside a run is recorded in its file (status "error", with the traceback) and the
+other runs go on; --resume skips the runs that finished with status "ok" and retries the rest.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from glmflash.experiments.registry import Experiment, RunFn
+from glmflash.train.progress import Progress
+
+DEFINITION = "experiment.json"
+RUNS = "runs"
+
+
+class RunnerError(RuntimeError):
+    """A problem with the output folder or the grid, for the user to fix."""
+
+
+@dataclass(frozen=True)
+class Job:
+    condition: str
+    seed: int
+    config: dict[str, Any]
+    path: Path
+
+
+@dataclass(frozen=True)
+class Summary:
+    folder: Path
+    executed: int
+    failed: int
+    skipped: int
+    wall_seconds: float
+
+
+def run_path(folder: Path, condition: str, seed: int) -> Path:
+    return folder / RUNS / f"{condition}__seed{seed}.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file in the same folder, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_run(path: Path) -> dict[str, Any] | None:
+    """A saved run, or None when the file is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _check_metrics(metrics: Any, metric: str) -> None:
+    if not isinstance(metrics, dict):
+        raise TypeError(f"a run must return a dict of metrics, got {type(metrics).__name__}")
+    value = metrics.get(metric)
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"the run's primary metric {metric!r} is missing or not a finite "
+                         f"number: {value!r}")
+    json.dumps(metrics, allow_nan=False)  # must be storable as it is
+
+
+def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any]:
+    """Run one job and save its record atomically; exceptions become status "error"."""
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0, c0 = time.perf_counter(), time.process_time()
+    record: dict[str, Any] = {"experiment": experiment, "condition": job.condition,
+                              "seed": job.seed, "config": job.config}
+    try:
+        metrics = run(dict(job.config), job.seed)
+        _check_metrics(metrics, metric)
+        record.update(status="ok", metrics=metrics)
+    except Exception as e:  # a failed run is data: record it and let the others go on
+        record.update(status="error", error=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc())
+    record.update(started=started, seconds=time.perf_counter() - t0,
+                  cpu_seconds=time.process_time() - c0, pid=os.getpid())
+    write_json_atomic(job.path, record)
+    return record
+
+
+def _one_thread() -> None:
+    """Worker initializer: one intra-op and one inter-op thread, so N workers use N cores."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already fixed once parallel work has run in this process
+        pass
+
+
+def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bool,
+         resume: bool) -> tuple[list[Job], int]:
+    """The jobs still to run (seed-major, so paired runs finish together) and how many
+    finished runs are skipped. Refuses to mix settings or to overwrite without --resume."""
+    runs = folder / RUNS
+    existing = sorted(runs.glob("*.json")) if runs.is_dir() else []
+    if existing and not resume:
+        raise RunnerError(f"{folder} already holds {len(existing)} run(s); pass --resume to "
+                          f"continue it or choose another --out")
+    jobs, skipped = [], 0
+    for seed in seeds:
+        for condition in experiment.conditions:
+            job = Job(condition, seed, experiment.condition_config(condition, quick),
+                      run_path(folder, condition, seed))
+            saved = read_run(job.path)
+            if saved is not None and saved.get("config") != job.config:
+                raise RunnerError(f"{job.path} was run with other settings "
+                                  f"({saved.get('config')}, now {job.config}); choose another "
+                                  f"--out")
+            if saved is not None and saved.get("status") == "ok":
+                skipped += 1
+            else:
+                jobs.append(job)
+    return jobs, skipped
+
+
+def _start_session(folder: Path, experiment: Experiment, seeds: tuple[int, ...], quick: bool,
+                   session: dict[str, Any]) -> None:
+    """Write the definition, the union of the seeds run so far, and this session's entry."""
+    path = folder / DEFINITION
+    old = read_run(path) or {}
+    write_json_atomic(path, {**experiment.describe(), "quick": quick,
+                             "seeds": sorted(set(old.get("seeds", [])) | set(seeds)),
+                             "sessions": [*old.get("sessions", []), session]})
+
+
+def _end_session(folder: Path, started: str, figures: dict[str, Any]) -> None:
+    path = folder / DEFINITION
+    data = read_run(path)
+    if data is not None:
+        for session in data["sessions"]:
+            if session["started"] == started:
+                session.update(figures)
+        write_json_atomic(path, data)
+
+
+def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ...] | None = None,
+                   workers: int = 1, resume: bool = False, quick: bool = False,
+                   log: Callable[[str], None] | None = None) -> Summary:
+    """Run the grid of `experiment` into OUT/NAME. With workers == 1 the runs execute in this
+    process (one thread, as in a worker); otherwise in `workers` spawned processes."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if workers < 1:
+        raise RunnerError(f"--workers must be at least 1, got {workers}")
+    seeds = tuple(seeds) if seeds is not None else (
+        experiment.quick_seeds if quick else experiment.seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise RunnerError(f"seeds must be distinct and non-empty, got {seeds}")
+    folder = Path(out) / experiment.name
+    jobs, skipped = plan(experiment, folder, seeds, quick, resume)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    _start_session(folder, experiment, seeds, quick,
+                   {"started": started, "workers": workers, "planned": len(jobs),
+                    "skipped": skipped})
+    total = len(jobs) + skipped
+    log(f"{experiment.name}: {len(jobs)} run(s) to do, {skipped} already finished, "
+        f"{len(experiment.conditions)} condition(s) x {len(seeds)} seed(s), {workers} worker(s)")
+    progress = Progress(total, skipped, unit="run", desc=experiment.name, every_s=0.0)
+    counts = {"executed": 0, "failed": 0}
+    lost: list[Job] = []
+    t0 = time.perf_counter()
+
+    def done(record: dict[str, Any]) -> None:
+        counts["executed"] += 1
+        figures: dict[str, Any] = {"last": f"{record['condition']}/seed{record['seed']}",
+                                   "s": float(record["seconds"])}
+        if record["status"] == "ok":
+            figures[experiment.metric] = float(record["metrics"][experiment.metric])
+        else:
+            counts["failed"] += 1
+            log(f"{experiment.name}: run {record['condition']} seed {record['seed']} failed: "
+                f"{record['error']}")
+        progress.update(skipped + counts["executed"], **figures)
+
+    try:
+        if workers == 1:
+            import torch
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                for job in jobs:
+                    done(execute(experiment.run, experiment.name, experiment.metric, job))
+            finally:
+                torch.set_num_threads(threads)
+        elif jobs:
+            context = multiprocessing.get_context("spawn")
+            with cf.ProcessPoolExecutor(workers, mp_context=context,
+                                        initializer=_one_thread) as pool:
+                futures = {pool.submit(execute, experiment.run, experiment.name,
+                                       experiment.metric, job): job for job in jobs}
+                try:
+                    for future in cf.as_completed(futures):
+                        try:
+                            done(future.result())
+                        except cf.process.BrokenProcessPool:
+                            lost.append(futures[future])
+                except KeyboardInterrupt:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+    finally:
+        progress.close()
+        wall = time.perf_counter() - t0
+        _end_session(folder, started, {**counts, "wall_seconds": wall})
+    if lost:
+        raise RunnerError(f"a worker process died (killed, or out of memory) while "
+                          f"{len(lost)} run(s) were pending, e.g. {lost[0].condition} seed "
+                          f"{lost[0].seed}; rerun with --resume to finish them")
+    log(f"{experiment.name}: {counts['executed']} run(s) in {wall:.1f} s, {counts['failed']} "
+        f"failed, {skipped} skipped -> {folder}")
+    return Summary(folder, counts["executed"], counts["failed"], skipped, wall)
+

@@ -1,0 +1,191 @@
+"""Sparse softmax attention: a fixed local+strided pattern, or keys chosen by a lightning indexer.
+
+Both kinds compute softmax(q k^T / sqrt(D)) V through `scaled_dot_product_attention` with a
+boolean mask (True = may attend); every query always sees itself, never the future.
+
+fixed:   query i sees key j iff j <= i and (i - j < window or j % stride == 0). The mask depends
+         only on (query length, key length, offset) and is cached.
+
+indexer: a `LightningIndexer` (DeepSeek-V3.2 / GLM style) scores every causal key from the
+         detached input, I[t, s] = sum_h w_h(x_t) relu(q^I_{t,h} . k^I_s), and each query keeps
+         its top-k keys (itself always included). See `LightningIndexer` for IndexPool.
+
+Contract with the training loop (indexer kind only):
+  * `dense_warmup = True`: main attention is dense causal; the selection is not used.
+  * `collect_indexer_loss = True`: forward stores `indexer_kl`, the mean over batch and queries of
+    KL(p || softmax(I)), where p is the dense causal main attention distribution averaged over
+    heads (float32, detached, summed within each key group under IndexPool) and softmax(I) runs
+    over the query's causal keys (groups). Its gradient reaches only the indexer's parameters:
+    the target is detached and the indexer reads x.detach(). Otherwise `indexer_kl` is None.
+  The main loss never trains the indexer (the selection is a boolean mask).
+
+Decoding: `KVCache` holds the rotated keys and values of every previous position (and the
+indexer's rotated keys); forward on consecutive pieces chained through it equals one forward.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glmflash.config import ModelConfig
+from glmflash.model.rope import RotaryEmbedding
+
+
+class KVCache(NamedTuple):
+    """Everything a sparse layer has seen: rotated keys and values, and the indexer's keys."""
+
+    k: Tensor  # [B, H, L, D]
+    v: Tensor  # [B, H, L, D]
+    index_k: Tensor | None = None  # [B, L, indexer_dim], indexer kind only
+
+
+@functools.lru_cache(maxsize=512)
+def fixed_sparse_mask(T: int, L: int, offset: int, window: int, stride: int,
+                      device: torch.device | str = "cpu") -> Tensor:
+    """[T, L] mask for queries at offset..offset+T-1 over the L keys ending at the last query.
+
+    With window = L it is the dense causal mask. Cached: do not modify the returned tensor.
+    """
+    i = torch.arange(offset, offset + T, device=device)[:, None]
+    j = torch.arange(offset + T - L, offset + T, device=device)[None, :]
+    return (j <= i) & ((i - j < window) | (j % stride == 0))
+
+
+class LightningIndexer(nn.Module):
+    """Index scores I[t, s] = sum_h w_h(x_t) relu(q^I_{t,h} . k^I_s) / sqrt(H_I D_I).
+
+    Few heads (H_I) of small dimension (D_I) and one key per position shared by the heads;
+    RoPE always (also under nope_main); the input is x.detach(), so only the KL trains it.
+
+    IndexPool (pool P > 1): keys are grouped by cache index, g = s // P, and a query picks whole
+    groups. A complete group is represented by the mean of its P keys. The query's own group is
+    in general incomplete: it is always selected (that is how "the query sees itself" holds),
+    and for the KL its key is the mean of its keys up to the query, so nothing in the future is
+    used. Groups after the query's own are invisible. Each query keeps max(1, topk // P) groups;
+    ties (relu gives exact zeros) go to the most recent group. P = 1 is the unpooled indexer.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.heads, self.dim, self.pool = cfg.indexer_heads, cfg.indexer_dim, cfg.index_pool
+        self.groups_kept = max(1, cfg.indexer_topk // cfg.index_pool)
+        self.q_proj = nn.Linear(cfg.d_model, self.heads * self.dim, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, self.dim, bias=False)
+        self.w_proj = nn.Linear(cfg.d_model, self.heads, bias=False)
+        self.rope = RotaryEmbedding(self.dim, cfg.context, cfg.rope_theta)
+        self.scale = (self.heads * self.dim) ** -0.5
+
+    def keys(self, x: Tensor, offset: int) -> Tensor:
+        """Rotated indexer keys [B, T, D_I] of x [B, T, d_model]."""
+        return self.rope(self.k_proj(x.detach()), offset)
+
+    def scores(self, x: Tensor, keys: Tensor, offset: int) -> Tensor:
+        """Group scores [B, T, G] of the queries x (the last T of the L keys); -inf = invisible.
+
+        keys [B, L, D_I] are all keys so far; G = ceil(L / P) groups.
+        """
+        B, T, _ = x.shape
+        L, P = keys.shape[1], self.pool
+        x = x.detach()
+        q = self.rope(self.q_proj(x).view(B, T, self.heads, self.dim).transpose(1, 2), offset)
+        w = self.w_proj(x) * self.scale  # [B, T, H_I]
+        t = torch.arange(L - T, L, device=x.device)  # cache index of each query
+        own = t // P
+        # Keys of the complete groups (mean of P), and of each query's own group up to itself.
+        full = keys[:, : L // P * P].view(B, L // P, P, self.dim).mean(dim=2)
+        csum = F.pad(keys.cumsum(dim=1), (0, 0, 1, 0))
+        own_key = (csum[:, t + 1] - csum[:, own * P]) / (t + 1 - own * P)[:, None]
+        s_full = torch.einsum("bht,bhtg->btg", w.transpose(1, 2),
+                              torch.einsum("bhtd,bgd->bhtg", q, full).relu())
+        s_own = torch.einsum("bht,bht->bt", w.transpose(1, 2),
+                             torch.einsum("bhtd,btd->bht", q, own_key).relu())
+        G = -(-L // P)
+        s = F.pad(s_full, (0, G - L // P), value=float("-inf"))
+        earlier = torch.arange(G, device=x.device)[None, :] < own[:, None]  # [T, G]
+        s = s.masked_fill(~earlier, float("-inf"))
+        return s.scatter(-1, own.expand(B, T)[..., None], s_own[..., None])
+
+    def select(self, scores: Tensor, L: int) -> Tensor:
+        """Key mask [B, T, L] from group scores [B, T, G]: own group + best earlier groups."""
+        B, T, G = scores.shape
+        P = self.pool
+        t = torch.arange(L - T, L, device=scores.device)
+        own = (t // P).expand(B, T)[..., None]
+        ranked = scores.detach().scatter(-1, own, float("inf"))
+        # Stable sort of the reversed row: among equal scores the later group ranks first.
+        order = torch.sort(ranked.flip(-1), dim=-1, descending=True, stable=True).indices
+        kept = G - 1 - order[..., : min(self.groups_kept, G)]
+        chosen = torch.zeros_like(ranked, dtype=torch.bool).scatter(-1, kept, True)
+        chosen &= ranked > float("-inf")
+        j = torch.arange(L, device=scores.device)
+        return chosen[:, :, j // P] & (j[None, :] <= t[:, None])
+
+
+class SparseAttention(nn.Module):
+    """Multi-head softmax attention over a sparse set of causal keys, with a KV cache."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.window, self.stride = cfg.sparse_window, cfg.sparse_stride
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.rope = None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context,
+                                                               cfg.rope_theta)
+        self.indexer = LightningIndexer(cfg) if cfg.sparse_kind == "indexer" else None
+        self.dense_warmup = False
+        self.collect_indexer_loss = False
+        self.indexer_kl: Tensor | None = None
+
+    def forward(self, x: Tensor, state: KVCache | None = None,
+                offset: int = 0) -> tuple[Tensor, KVCache]:
+        """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x)."""
+        B, T, d = x.shape
+        q, k, v = (proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.rope is not None:
+            q, k = self.rope(q, offset), self.rope(k, offset)
+        index_k = self.indexer.keys(x, offset) if self.indexer is not None else None
+        if state is not None:
+            k, v = torch.cat((state.k, k), dim=2), torch.cat((state.v, v), dim=2)
+            if index_k is not None:
+                index_k = torch.cat((state.index_k, index_k), dim=1)
+        L = k.shape[2]
+
+        self.indexer_kl = None
+        if self.indexer is None:
+            mask = fixed_sparse_mask(T, L, offset, self.window, self.stride, x.device)
+        else:
+            causal = fixed_sparse_mask(T, L, offset, L, L, x.device)  # window L: dense
+            if self.dense_warmup and not self.collect_indexer_loss:
+                mask = causal
+            else:
+                scores = self.indexer.scores(x, index_k, offset)
+                if self.collect_indexer_loss:
+                    self.indexer_kl = self._indexer_kl(q, k, causal, scores)
+                mask = causal if self.dense_warmup else self.indexer.select(scores, L)[:, None]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, d)), KVCache(k, v, index_k)
+
+    def _indexer_kl(self, q: Tensor, k: Tensor, causal: Tensor, scores: Tensor) -> Tensor:
+        """KL(p || softmax(scores)), p = dense causal attention, head mean, per key group."""
+        with torch.no_grad():
+            logits = q.float() @ k.float().transpose(-1, -2) / math.sqrt(self.head_dim)
+            p = logits.masked_fill(~causal, float("-inf")).softmax(dim=-1).mean(dim=1)
+            group = torch.arange(k.shape[2], device=k.device) // self.indexer.pool
+            p = p.new_zeros(scores.shape).index_add_(-1, group, p)  # [B, T, G]
+        visible = scores > float("-inf")
+        log_r = scores.float().log_softmax(dim=-1).masked_fill(~visible, 0)
+        return (torch.xlogy(p, p) - p * log_r).sum(dim=-1).mean()
+
+
+__all__ = ["KVCache", "LightningIndexer", "SparseAttention", "fixed_sparse_mask"]

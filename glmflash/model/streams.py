@@ -1,0 +1,152 @@
+"""Residual streams: S parallel copies of the residual, mixed around every sublayer.
+
+The model carries H [B, T, S, C]: the embedding copied into every stream, averaged back into
+one vector before the final norm. Around each sublayer f a connection reads one input from the
+streams and writes the output back into all of them:
+
+    x  = read(H)                           (the block then applies its RMSNorm and f)
+    H' = M H + h_post ⊗ f(norm(x))         M [S, S] mixes the streams, h_post [S] spreads f
+
+Manifold-constrained hyper-connections (mHC, DeepSeek 2025) make the coefficients depend on
+the token, from z = RMSNorm(vec(H)) [S*C], through one projection W [S*C, 2S + S^2]:
+
+    h_pre  = sigmoid(alpha_pre  * z W_pre + b_pre)             [S]
+    h_post = 2 sigmoid(alpha_post * z W_post + b_post)         [S]
+    M      = SinkhornKnopp(exp(alpha_res * z W_res + b_res))   [S, S], doubly stochastic
+
+A doubly stochastic M keeps the mean over streams of H' exactly the mean of H plus the mean
+update, so stacking many layers neither amplifies nor drains the residual (unconstrained
+hyper-connections can). The read is the h_pre-weighted mean of the streams: the block's RMSNorm
+removes any overall scale anyway, and dividing by sum(h_pre) makes one stream exactly the plain
+pre-norm residual H + f(norm(H)).
+
+Initialisation: W = 0 (so the coefficients start static), alpha = 0.01, h_post = 1, M the
+Sinkhorn projection of a strongly diagonal matrix (close to I), and b_pre random. While the
+streams are equal (as they start) every read returns the embedding and every write adds the
+same update to each stream: the network is exactly the plain pre-norm residual. The random
+b_pre breaks the symmetry between streams; with equal pre weights all streams would receive
+identical gradients and stay copies of each other forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glmflash.config import ModelConfig
+
+RES_OFF_DIAGONAL = -4.0  # initial logit of M off the diagonal (0 on it): M_ii ~ 0.95 for S = 4
+ALPHA_INIT = 0.01
+
+
+def expand_streams(x: Tensor, n: int) -> Tensor:
+    """[B, T, C] -> [B, T, n, C]: the same vector in every stream."""
+    return x.unsqueeze(2).expand(-1, -1, n, -1).contiguous()
+
+
+def merge_streams(h: Tensor) -> Tensor:
+    """[B, T, S, C] -> [B, T, C]: the mean over streams."""
+    return h.mean(2)
+
+
+def sinkhorn(logits: Tensor, iters: int) -> Tensor:
+    """SinkhornKnopp(exp(logits)) over the last two dims: alternately normalise rows and
+    columns, in log space (subtracting a logsumexp never overflows or divides by zero).
+    Columns sum to 1 exactly, rows to within the residual of the iteration.
+
+    The two matrix dims are moved in front, so every reduction adds whole contiguous vectors
+    of tokens instead of reducing many rows of S elements (several times faster on CPU)."""
+    x = logits.movedim((-2, -1), (0, 1)).contiguous()
+    for _ in range(iters):
+        x = x - x.logsumexp(1, keepdim=True)
+        x = x - x.logsumexp(0, keepdim=True)
+    return x.exp().movedim((0, 1), (-2, -1))
+
+
+def weighted_read(h: Tensor, weights: Tensor) -> Tensor:
+    """sum_s w_s h_s / sum_s w_s for h [..., S, C], positive weights [..., S]."""
+    return (weights[..., None] * h).sum(-2) / weights.sum(-1, keepdim=True)
+
+
+def mix_write(h: Tensor, y: Tensor, mix: Tensor, post: Tensor) -> Tensor:
+    """H' = M H + h_post ⊗ y, in the streams' precision (never bf16 under autocast)."""
+    with torch.autocast(h.device.type, enabled=False):
+        update = post.to(h.dtype)[..., None] * y.to(h.dtype).unsqueeze(-2)
+        return torch.matmul(mix.to(h.dtype), h) + update
+
+
+class HyperConnection(nn.Module):
+    """mHC around one sublayer: input-dependent pre/post weights and a doubly stochastic mix."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        S, C = cfg.n_streams, cfg.d_model
+        self.n_streams, self.sinkhorn_iters, self.eps = S, cfg.sinkhorn_iters, cfg.norm_eps
+        self.proj = nn.Linear(S * C, 2 * S + S * S, bias=False)
+        nn.init.zeros_(self.proj.weight)
+        self.alpha_pre = nn.Parameter(torch.tensor(ALPHA_INIT))
+        self.alpha_post = nn.Parameter(torch.tensor(ALPHA_INIT))
+        self.alpha_res = nn.Parameter(torch.tensor(ALPHA_INIT))
+        self.bias_pre = nn.Parameter(torch.randn(S))
+        self.bias_post = nn.Parameter(torch.zeros(S))  # 2 sigmoid(0) = 1
+        self.bias_res = nn.Parameter(RES_OFF_DIAGONAL * (1 - torch.eye(S)))
+
+    def coefficients(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """h [B, T, S, C] -> h_pre [B, T, S], h_post [B, T, S], M [B, T, S, S], in float32
+        (float64 for float64 streams), whatever the autocast setting."""
+        S = self.n_streams
+        dtype = torch.promote_types(h.dtype, torch.float32)
+        with torch.autocast(h.device.type, enabled=False):
+            z = F.rms_norm(h.flatten(-2).to(dtype), (h.shape[-2] * h.shape[-1],), eps=self.eps)
+            a_pre, a_post, a_res = F.linear(z, self.proj.weight.to(dtype)).split((S, S, S * S), -1)
+            pre = torch.sigmoid(self.alpha_pre * a_pre + self.bias_pre)
+            post = 2 * torch.sigmoid(self.alpha_post * a_post + self.bias_post)
+            res = self.alpha_res * a_res.unflatten(-1, (S, S)) + self.bias_res
+            return pre, post, sinkhorn(res, self.sinkhorn_iters)
+
+    def read(self, h: Tensor) -> tuple[Tensor, Any]:
+        """h [B, T, S, C] -> the sublayer input x [B, T, C], and (h_post, M) for `write`."""
+        pre, post, mix = self.coefficients(h)
+        return weighted_read(h, pre.to(h.dtype)), (post, mix)
+
+    def write(self, h: Tensor, y: Tensor, ctx: Any) -> Tensor:
+        """H' = M H + h_post ⊗ y, with the coefficients `read` computed from the same H."""
+        post, mix = ctx
+        return mix_write(h, y, mix, post)
+
+
+class StaticMixer(nn.Module):
+    """Static hyper-connection: the same learned weights for every token.
+
+    x = sum_s w_s H_s with w = softmax(pre); H' = M H + h_post ⊗ y with M and h_post free
+    parameters (M = I, h_post = 1 at init; a random `pre` breaks the symmetry between streams).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        S = cfg.n_streams
+        self.pre = nn.Parameter(torch.randn(S))
+        self.mix = nn.Parameter(torch.eye(S))
+        self.post = nn.Parameter(torch.ones(S))
+
+    def read(self, h: Tensor) -> tuple[Tensor, Any]:
+        return weighted_read(h, self.pre.exp().to(h.dtype)), None  # softmax weights
+
+    def write(self, h: Tensor, y: Tensor, ctx: Any) -> Tensor:
+        return mix_write(h, y, self.mix, self.post)
+
+
+def make_stream_mixer(cfg: ModelConfig) -> nn.Module:
+    """The connection of one sublayer, by cfg.stream_mixer: 'mhc' or 'static'."""
+    if cfg.stream_mixer == "mhc":
+        return HyperConnection(cfg)
+    if cfg.stream_mixer == "static":
+        return StaticMixer(cfg)
+    raise ValueError(f"unknown stream mixer {cfg.stream_mixer!r}")
+
+
+__all__ = ["HyperConnection", "StaticMixer", "expand_streams", "make_stream_mixer",
+           "merge_streams", "sinkhorn"]

@@ -1,0 +1,165 @@
+"""The vision path: a 32x32 RGB image becomes 16 tokens in the language model's input.
+
+    patches  [B, 8, 8, 48]    4x4-pixel patches of the image (channel, row, column inside)
+    tower    -> [B, 16, C]    patch embedding + row/column positions, 2 non-causal transformer
+                              blocks, 2x2 merge (concatenate each 2x2 group, then linear),
+                              MLP projector into the LM's width C
+    sequence bos, image_start, image x 16, image_end, "digit:"   -> the LM answers "7"
+
+The 16 placeholder embeddings are replaced by the tower's tokens before the LM runs
+(`GLMFlash.forward_embeddings`). `DirectPatchBaseline` is the simpler path that skips the
+transformer: each 2x2 group of raw patches (8x8 pixels, 192 values) is projected straight to
+one token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glmflash.config import ModelConfig
+from glmflash.model.lm import GLMFlash, ModelOutput
+from glmflash.model.norm import RMSNorm
+from glmflash.tokenizer import BOS, IMAGE, IMAGE_END, IMAGE_START, encode
+
+IMAGE_SIZE, PATCH = 32, 4
+GRID = IMAGE_SIZE // PATCH  # 8 x 8 patches
+PATCH_DIM = 3 * PATCH * PATCH  # 48
+MERGE = 2  # 2x2 patches -> one token
+N_IMAGE_TOKENS = (GRID // MERGE) ** 2  # 16
+PROMPT = "digit:"
+DIGIT_TOKENS = tuple(encode("0123456789"))  # the answer to image of digit d is DIGIT_TOKENS[d]
+TOWERS = ("blocks", "direct")
+
+
+def patchify(images: Tensor) -> Tensor:
+    """[B, 3, 32, 32] -> [B, 8, 8, 48]: patch (i, j) holds pixels 4i..4i+3 x 4j..4j+3."""
+    B = images.shape[0]
+    x = images.reshape(B, 3, GRID, PATCH, GRID, PATCH).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(B, GRID, GRID, PATCH_DIM)
+
+
+def merge_2x2(x: Tensor) -> Tensor:
+    """[B, H, W, D] -> [B, H/2 * W/2, 4D]: each 2x2 group concatenated (row-major groups)."""
+    B, H, W, D = x.shape
+    x = x.reshape(B, H // MERGE, MERGE, W // MERGE, MERGE, D).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(B, (H // MERGE) * (W // MERGE), MERGE * MERGE * D)
+
+
+def image_prompt_tokens(prompt: str = PROMPT) -> list[int]:
+    """bos, image_start, 16 image placeholders, image_end, then the prompt's bytes."""
+    return [BOS, IMAGE_START] + [IMAGE] * N_IMAGE_TOKENS + [IMAGE_END] + encode(prompt)
+
+
+class VisionBlock(nn.Module):
+    """Pre-norm transformer block over the 64 patches; attention is bidirectional:
+    x = x + W_o softmax(q k^T / sqrt(d)) v,   x = x + W_2 gelu(W_1 norm(x))."""
+
+    def __init__(self, width: int, heads: int, mlp_ratio: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = RMSNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.mlp_norm = RMSNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, mlp_ratio * width), nn.GELU(),
+                                 nn.Linear(mlp_ratio * width, width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, N, C = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(B, N, 3, self.heads, C // self.heads) \
+            .permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v)  # no mask: every patch sees every patch
+        x = x + self.proj(a.transpose(1, 2).reshape(B, N, C))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class VisionTower(nn.Module):
+    """Image [B, 3, 32, 32] -> 16 tokens [B, 16, cfg.d_model].
+
+    The vision width defaults to d_model / 2 (96 in the 25m preset, at least 32): the tower
+    only has to tell 10 digits apart, and half width keeps it a small fraction of the LM."""
+
+    def __init__(self, cfg: ModelConfig, width: int | None = None, heads: int = 4,
+                 n_blocks: int = 2) -> None:
+        super().__init__()
+        width = width or max(32, cfg.d_model // 2)
+        self.width = width
+        self.patch_embed = nn.Linear(PATCH_DIM, width)
+        self.row = nn.Parameter(0.02 * torch.randn(GRID, width))  # pos(i, j) = row_i + col_j
+        self.col = nn.Parameter(0.02 * torch.randn(GRID, width))
+        self.blocks = nn.ModuleList(VisionBlock(width, heads) for _ in range(n_blocks))
+        self.norm = RMSNorm(width)
+        self.merge = nn.Linear(MERGE * MERGE * width, width)
+        self.projector = nn.Sequential(nn.Linear(width, cfg.d_model), nn.GELU(),
+                                       nn.Linear(cfg.d_model, cfg.d_model))
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.patch_embed(patchify(images)) + self.row[:, None] + self.col[None, :]
+        B = x.shape[0]
+        x = x.reshape(B, GRID * GRID, self.width)
+        for block in self.blocks:
+            x = block(x)
+        x = self.norm(x).view(B, GRID, GRID, self.width)
+        return self.projector(self.merge(merge_2x2(x)))
+
+
+class DirectPatchBaseline(nn.Module):
+    """Image -> 16 tokens by one linear map of each 2x2 group of raw patches (no transformer)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.proj = nn.Linear(MERGE * MERGE * PATCH_DIM, cfg.d_model)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.proj(merge_2x2(patchify(images)))
+
+
+def make_tower(kind: str, cfg: ModelConfig) -> nn.Module:
+    """'blocks': the two-block VisionTower; 'direct': the DirectPatchBaseline."""
+    if kind == "blocks":
+        return VisionTower(cfg)
+    if kind == "direct":
+        return DirectPatchBaseline(cfg)
+    raise ValueError(f"unknown tower {kind!r}; choose from {', '.join(TOWERS)}")
+
+
+class VisionLanguageModel(nn.Module):
+    """The LM reading an image: the placeholder embeddings are replaced by the tower's tokens."""
+
+    def __init__(self, lm: GLMFlash, tower: nn.Module, prompt: str = PROMPT) -> None:
+        super().__init__()
+        self.lm, self.tower, self.prompt = lm, tower, prompt
+        self.register_buffer("tokens", torch.tensor(image_prompt_tokens(prompt)),
+                             persistent=False)
+        self.register_buffer("digit_tokens", torch.tensor(DIGIT_TOKENS), persistent=False)
+
+    def embed(self, images: Tensor) -> Tensor:
+        """The LM's input embeddings [B, T, C] with the image tokens in place."""
+        tokens = self.tokens.expand(images.shape[0], -1)
+        x = self.lm.embedding(tokens)
+        image_tokens = self.tower(images.to(x.dtype)).to(x.dtype)
+        return x.masked_scatter((tokens == IMAGE)[..., None], image_tokens)
+
+    def forward(self, images: Tensor) -> ModelOutput:
+        return self.lm.forward_embeddings(self.embed(images))
+
+    def answer_logits(self, images: Tensor) -> Tensor:
+        """Logits [B, V] of the token after the prompt: the answer."""
+        return self.forward(images).logits[:, -1]
+
+    def answer_targets(self, labels: Tensor) -> Tensor:
+        """Digit labels [B] -> their byte tokens [B]."""
+        return self.digit_tokens[labels]
+
+    @torch.no_grad()
+    def predict(self, images: Tensor) -> Tensor:
+        """The greedy answer as a digit [B]; -1 where the top token is not a digit."""
+        top = self.answer_logits(images).argmax(-1)
+        match = top[:, None] == self.digit_tokens[None]
+        return torch.where(match.any(-1), match.float().argmax(-1), -1)
+
+
+__all__ = ["DirectPatchBaseline", "VisionLanguageModel", "VisionTower", "image_prompt_tokens",
+           "make_tower", "merge_2x2", "patchify"]

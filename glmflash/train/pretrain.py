@@ -1,0 +1,401 @@
+"""Pretraining from random weights on the synthetic corpora.
+
+    loss = cross-entropy(next byte) + sum over layers of the MoE balance loss
+           (+ the lightning indexer's KL, + the multi-token prediction loss, when enabled)
+
+AdamW with weight decay on matrices only, linear warmup then cosine decay, gradient clipping,
+bf16 autocast where the device supports it, packed sequences (no padding). The data of step s
+is a pure function of (seed, s), so a checkpoint holding weights, optimizer, schedule step and
+RNG states resumes the run exactly. Under torchrun each rank trains on its slice of the global
+batch and gradients are averaged (see distributed.py); rank 0 writes checkpoints and logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from glmflash.config import ModelConfig, PretrainConfig, model_config
+from glmflash.device import autocast_dtype, resolve_device
+from glmflash.model.lm import GLMFlash
+from glmflash.train import checkpoint as ckpt
+from glmflash.train.distributed import (
+    DistInfo,
+    all_reduce_gradients,
+    all_reduce_mean,
+    init_distributed,
+)
+from glmflash.train.progress import Progress
+
+STATE = "train_state.pt"
+RUN = "run.json"
+METRICS = "metrics.jsonl"
+
+
+class TrainError(RuntimeError):
+    """A problem with the run's inputs or its output folder, for the user to fix."""
+
+
+def lr_at(step: int, cfg: PretrainConfig) -> float:
+    """Linear warmup to cfg.lr over cfg.warmup steps, then cosine decay to lr * min_lr_ratio."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def make_optimizer(model: GLMFlash, cfg: PretrainConfig) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices (ndim >= 2) only, never on norms, gains or biases."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    if cfg.optimizer == "muon":
+        from glmflash.train.muon import MuonWithAdamW
+        return MuonWithAdamW(model, cfg)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False)
+
+
+# -- checkpoints of the whole training state -------------------------------------------------
+
+def checkpoint_dirs(out: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (temporary folders start with '.')."""
+    root = out / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith("step_") and p.is_dir())
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def save_training_state(out: Path, step: int, model: GLMFlash,
+                        optimizer: torch.optim.Optimizer, keep: int,
+                        metrics: dict[str, Any]) -> Path:
+    """Atomically write checkpoint `step` (weights, optimizer, RNG, data position)."""
+    final = out / "checkpoints" / f"step_{step:06d}"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt.atomic_dir(final)
+    ckpt.write_model_files(tmp, model, {"step": step, **metrics})
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()},
+               tmp / STATE)
+    ckpt.commit_dir(tmp, final)
+    for old in checkpoint_dirs(out)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_training_state(folder: Path, model: GLMFlash,
+                        optimizer: torch.optim.Optimizer) -> int:
+    """Restore weights, optimizer and RNG from a checkpoint folder; returns its step."""
+    loaded, _ = ckpt.load_model(folder)
+    model.load_state_dict(loaded.state_dict())
+    path = folder / STATE
+    try:
+        state = torch.load(path, weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        return int(state["step"])
+    except (OSError, RuntimeError, KeyError, ValueError, EOFError) as e:
+        raise ckpt.CheckpointError(f"training state unreadable: {path} ({e})") from None
+
+
+# -- data ------------------------------------------------------------------------------------
+
+def training_stream(cfg: PretrainConfig, dist: DistInfo, split: str = "train"):
+    """The packed token stream of the chosen corpus for this rank."""
+    from glmflash.data.stream import PackedStream, make_corpus
+    return PackedStream(make_corpus(cfg.corpus, cfg.seed, split=split), seq_len=cfg.seq_len,
+                        seed=cfg.seed, rank=dist.rank, world_size=dist.world_size)
+
+
+@torch.no_grad()
+def eval_loss(model: GLMFlash, stream, cfg: PretrainConfig, amp: torch.dtype | None,
+              device: torch.device) -> float:
+    """Mean next-token loss on `eval_batches` fixed batches of the dev stream."""
+    was = model.training
+    model.eval()
+    losses = []
+    for i in range(cfg.eval_batches):
+        x, y = stream.batch(i, cfg.batch_size)
+        with autocast(device, amp):
+            losses.append(float(model(x.to(device), y.to(device)).loss))
+    model.train(was)
+    return sum(losses) / len(losses)
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def sparse_layers(model: GLMFlash) -> list[Any]:
+    return [layer.attn for layer in model.layers if layer.kind == "S"]
+
+
+def set_indexer_mode(model: GLMFlash, collect: bool, dense: bool) -> None:
+    """Lightning indexer phases: dense warm-up (main attention dense, indexer trained by KL
+    only), then sparse training (main attention on the indexer's top-k, indexer still KL)."""
+    for attn in sparse_layers(model):
+        if getattr(attn, "indexer", None) is not None:
+            attn.collect_indexer_loss = collect
+            attn.dense_warmup = dense
+
+
+def indexer_kl(model: GLMFlash) -> torch.Tensor | None:
+    terms = [attn.indexer_kl for attn in sparse_layers(model)
+             if getattr(attn, "indexer", None) is not None and attn.indexer_kl is not None]
+    return torch.stack(terms).sum() if terms else None
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume: bool = False,
+             model_overrides: dict[str, Any] | None = None,
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train (or resume) the run in `out`; returns a summary dict."""
+    out = Path(out)
+    dev = resolve_device(device)
+    dist = init_distributed(dev)
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    mcfg = prepare_run(cfg, out, resume, model_overrides or {}, dist)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    model = GLMFlash(mcfg).to(dev)
+    optimizer = make_optimizer(model, cfg)
+    start = 0
+    if resume and checkpoint_dirs(out):
+        latest = checkpoint_dirs(out)[-1]
+        start = load_training_state(latest, model, optimizer)
+        if dist.is_main:
+            log(f"resuming {out} from step {start}")
+    if dist.is_main:
+        trim_metrics(out / METRICS, start)
+    amp = autocast_dtype(dev, cfg.precision)
+    train, dev_stream = training_stream(cfg, dist), training_stream(cfg, DistInfo(), "eval")
+    has_indexer = mcfg.sparse_kind == "indexer"
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    progress = Progress(cfg.steps, start, enabled=dist.is_main, unit="step")
+    summary: dict[str, Any] = {"steps": cfg.steps, "start_step": start}
+    t0, last = time.perf_counter(), {}
+    model.train()
+    for step in range(start, cfg.steps):
+        warm = has_indexer and step < cfg.indexer_warmup
+        set_indexer_mode(model, collect=has_indexer, dense=warm)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        x, y = train.batch(step, cfg.batch_size)
+        x, y = x.to(dev), y.to(dev)
+        with autocast(dev, amp):
+            o = model(x, y)
+        kl = indexer_kl(model)
+        loss = kl if warm else o.loss + o.aux_loss + (kl if kl is not None else 0.0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        all_reduce_gradients(model, dist)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        optimizer.step()
+        load = all_reduce_mean(o.load.float(), dist)
+        for moe, layer_load in zip(model.moe_layers(), load, strict=True):
+            moe.update_bias(layer_load)
+        done = step + 1
+        metrics = {"step": done, "loss": float(all_reduce_mean(o.loss.detach(), dist)),
+                   "aux": float(o.aux_loss.detach()), "lr": lr_at(step, cfg),
+                   "grad_norm": grad_norm, "tokens": done * tokens_per_step,
+                   "max_load": float(load.max()), "min_load": float(load.min())}
+        if kl is not None:
+            metrics["indexer_kl"] = float(kl.detach())
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            metrics["dev_loss"] = eval_loss(model, dev_stream, cfg, amp, dev)
+            metrics.update(dev_pass_at_1(model, cfg))
+        elapsed = time.perf_counter() - t0
+        metrics["tokens_per_s"] = (done - start) * tokens_per_step / max(elapsed, 1e-9)
+        if dist.is_main:
+            append_jsonl(out / METRICS, metrics)
+            progress.update(done, loss=metrics["loss"], tok_s=metrics["tokens_per_s"],
+                            **({"dev": metrics["dev_loss"]} if "dev_loss" in metrics else {}))
+            if done % cfg.ckpt_every == 0 or done == cfg.steps:
+                save_training_state(out, done, model, optimizer, cfg.keep_checkpoints,
+                                    {"loss": metrics["loss"],
+                                     "dev_loss": metrics.get("dev_loss")})
+        last = metrics
+    progress.close()
+    summary.update(last)
+    summary["wall_seconds"] = time.perf_counter() - t0
+    if dist.is_main:
+        plot_losses(out / METRICS, out / "loss.png")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def dev_pass_at_1(model: GLMFlash, cfg: PretrainConfig) -> dict[str, float]:
+    """Greedy pass@1 on a few dev tasks per family, through the sandboxed verifier."""
+    if cfg.eval_tasks == 0:
+        return {}
+    from glmflash.evaluate.coding import evaluate_tasks
+    from glmflash.data.code_tasks import tasks
+    result = evaluate_tasks(model, tasks("dev", per_family=cfg.eval_tasks, seed=cfg.seed))
+    return {"dev_pass1": result.pass_rate}
+
+
+def prepare_run(cfg: PretrainConfig, out: Path, resume: bool,
+                overrides: dict[str, Any], dist: DistInfo) -> ModelConfig:
+    """Check the output folder and record the run's settings; refuse to clobber a run."""
+    overrides = dict(overrides)
+    context = overrides.pop("context", model_config(cfg.preset).context)
+    mcfg = model_config(cfg.preset, context=max(context, cfg.seq_len), **overrides)
+    record = {"pretrain": cfg.to_dict(), "model": mcfg.to_dict()}
+    run_file = out / RUN
+    if resume:
+        if not run_file.is_file():
+            raise TrainError(f"nothing to resume in {out}: {run_file} not found")
+        saved = json.loads(run_file.read_text())
+        diff = [k for k in record["pretrain"] if saved["pretrain"].get(k) != record["pretrain"][k]]
+        diff += [f"model.{k}" for k in record["model"] if saved["model"].get(k) !=
+                 record["model"][k]]
+        if diff:
+            raise TrainError(f"--resume with settings that differ from the run in {out}: "
+                             f"{', '.join(diff)}")
+        if not checkpoint_dirs(out):
+            raise TrainError(f"nothing to resume in {out}: no checkpoint under "
+                             f"{out / 'checkpoints'}")
+        return mcfg
+    if run_file.exists() or checkpoint_dirs(out):
+        raise TrainError(f"{out} already holds a run; use --resume to continue it or choose "
+                         f"another --out")
+    if dist.is_main:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            run_file.write_text(json.dumps(record, indent=2))
+        except OSError as e:
+            raise TrainError(f"cannot write to {out}: {e.strerror}") from None
+    return mcfg
+
+
+# -- logs and plots --------------------------------------------------------------------------
+
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def trim_metrics(path: Path, step: int) -> None:
+    """Drop metric rows past `step` (written after the checkpoint a resume starts from)."""
+    if path.is_file():
+        rows = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def plot_losses(metrics: Path, png: Path) -> None:
+    rows = list(read_jsonl(metrics))
+    if not rows:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train", lw=1)
+    dev = [r for r in rows if "dev_loss" in r]
+    if dev:
+        ax.plot([r["step"] for r in dev], [r["dev_loss"] for r in dev], "o-", label="dev")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats / byte)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+FLAGS: dict[str, type] = {"preset": str, "steps": int, "batch_size": int, "seq_len": int,
+                          "lr": float, "seed": int, "corpus": str, "precision": str,
+                          "optimizer": str, "warmup": int, "eval_every": int,
+                          "ckpt_every": int, "indexer_warmup": int, "eval_tasks": int}
+
+
+def parse_model_options(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE strings -> typed model overrides (types from ModelConfig's defaults)."""
+    defaults = ModelConfig().to_dict()
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in defaults:
+            raise TrainError(f"bad --model-option {item!r}: expected KEY=VALUE with KEY one of "
+                             f"{', '.join(defaults)}")
+        kind = type(defaults[key])
+        try:
+            out[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
+        except ValueError:
+            raise TrainError(f"bad --model-option {item!r}: {key} needs a {kind.__name__}") \
+                from None
+    return out
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", required=True, help="run folder (checkpoints, metrics, plots)")
+    for name, kind in FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
+                       help=f"default {getattr(PretrainConfig, name)}")
+    p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a model config field, e.g. linear_kind=delta")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its latest checkpoint")
+
+
+def run(args) -> int:
+    from glmflash.cli import CLIError
+    from glmflash.config import ConfigError
+
+    given = {k: getattr(args, k) for k in FLAGS if getattr(args, k) is not None}
+    out = Path(args.out)
+    base: dict[str, Any] = {}
+    try:
+        overrides = parse_model_options(args.model_option)
+        if args.resume and (out / RUN).is_file():
+            saved = json.loads((out / RUN).read_text())
+            base = saved["pretrain"]
+            preset_model = model_config(saved["pretrain"]["preset"]).to_dict()
+            overrides = {**{k: v for k, v in saved["model"].items()
+                            if preset_model.get(k) != v and k != "context"}, **overrides}
+        cfg = PretrainConfig(**{**base, **given})
+        summary = pretrain(cfg, out, device=args.device, resume=args.resume,
+                           model_overrides=overrides)
+    except (TrainError, ConfigError, ckpt.CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    print(json.dumps({k: summary.get(k) for k in ("steps", "loss", "dev_loss", "dev_pass1",
+                                                  "tokens_per_s", "wall_seconds")}))
+    return 0

@@ -1,0 +1,351 @@
+"""Teaching the language model to read rendered digits: `glmflash vision`.
+
+    loss = cross-entropy(answer logits, byte token of the digit)     (the answer token only)
+           (+ the MoE balance loss when LM weights are trained)
+
+AdamW (decay on matrices only), linear warmup then cosine decay, gradient clipping. The train
+scope says exactly what learns: `vision` the tower with its projector (the LM is frozen but
+passes gradients through), `vision+last-block` also the LM's last block, `all` everything.
+Training batch s is renderings s*B .. s*B + B - 1 of the train split for --seed. Evaluation:
+greedy answers (argmax over the whole vocabulary; a non-digit answer is wrong) on the first N
+held-out renderings of seed 0, the same images for every run, and on N unseen train-split
+renderings.
+
+The output folder holds metrics.jsonl, results.json, heldout_grid.png, confusion.png and
+`checkpoint/` (vision.safetensors + vision.json; the LM's model.safetensors + config.json too
+when the LM cannot be recovered from --init: it was trained, or randomly initialised).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from glmflash.config import ConfigError, PretrainConfig, model_config
+from glmflash.data import digits
+from glmflash.device import autocast_dtype, resolve_device
+from glmflash.model.lm import GLMFlash
+from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
+from glmflash.train import checkpoint as ckpt
+from glmflash.train.pretrain import append_jsonl, autocast, lr_at
+from glmflash.train.progress import Progress
+
+SCOPES = ("vision", "vision+last-block", "all")
+METRICS, RESULTS, CHECKPOINT = "metrics.jsonl", "results.json", "checkpoint"
+VISION_WEIGHTS, VISION_CONFIG = "vision.safetensors", "vision.json"
+HELDOUT_SEED = 0  # the held-out images are the same for every training seed (paired runs)
+TRAIN_EVAL_START = 1 << 40  # train-split evaluation indices, never reached by training
+
+
+class VisionTrainError(RuntimeError):
+    """A bad setting or output folder, for the user to fix."""
+
+
+# -- model and scope -------------------------------------------------------------------------
+
+def build_model(init: str | Path | None, preset: str, tower: str, seed: int,
+                device: torch.device) -> VisionLanguageModel:
+    """The LM from checkpoint `init` (or random weights of `preset`) with a fresh tower."""
+    torch.manual_seed(seed)
+    if init is not None:
+        lm, _ = ckpt.load_model(init)
+    else:
+        lm = GLMFlash(model_config(preset))
+    return VisionLanguageModel(lm, make_tower(tower, lm.cfg)).to(device)
+
+
+def scope_parameters(vlm: VisionLanguageModel, scope: str) -> list[nn.Parameter]:
+    """Set requires_grad so that exactly the scope trains; return the trainable parameters."""
+    if scope not in SCOPES:
+        raise VisionTrainError(f"unknown train scope {scope!r}; choose from {', '.join(SCOPES)}")
+    vlm.requires_grad_(scope == "all")
+    vlm.tower.requires_grad_(True)
+    if scope == "vision+last-block":
+        vlm.lm.layers[-1].requires_grad_(True)
+    return [p for p in vlm.parameters() if p.requires_grad]
+
+
+def make_optimizer(params: list[nn.Parameter], lr: float,
+                   weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices (ndim >= 2) only."""
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+# -- evaluation --------------------------------------------------------------------------------
+
+@torch.no_grad()
+def predict_all(vlm: VisionLanguageModel, images: Tensor, device: torch.device,
+                amp: torch.dtype | None, batch_size: int = 250) -> Tensor:
+    """Greedy digit answers [N] (-1: not a digit) for images [N, 3, 32, 32]."""
+    was = vlm.training
+    vlm.eval()
+    preds = []
+    for chunk in images.split(batch_size):
+        with autocast(device, amp):
+            preds.append(vlm.predict(chunk.to(device)).cpu())
+    vlm.train(was)
+    return torch.cat(preds)
+
+
+def evaluation_set(split: str, n: int, seed: int) -> tuple[Tensor, Tensor]:
+    if split == "heldout":
+        return digits.batch("heldout", 0, n, HELDOUT_SEED)
+    return digits.batch("train", TRAIN_EVAL_START, n, seed)
+
+
+# -- checkpoints -------------------------------------------------------------------------------
+
+def save_vision(folder: str | Path, vlm: VisionLanguageModel, tower: str, with_lm: bool,
+                **meta: Any) -> Path:
+    """Atomically write the tower (and the LM, if `with_lm`) to `folder`."""
+    final = Path(folder)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt.atomic_dir(final)
+    state = {k: v.detach().cpu().contiguous() for k, v in vlm.tower.state_dict().items()}
+    save_file(state, str(tmp / VISION_WEIGHTS))
+    config = {"tower": tower, "prompt": vlm.prompt, "model": vlm.lm.cfg.to_dict(),
+              "lm_included": with_lm, "meta": meta,
+              "sha256": ckpt.sha256_file(tmp / VISION_WEIGHTS)}
+    (tmp / VISION_CONFIG).write_text(json.dumps(config, indent=2))
+    if with_lm:
+        ckpt.write_model_files(tmp, vlm.lm, {"vision": True, **meta})
+    ckpt.commit_dir(tmp, final)
+    return final
+
+
+def load_vision(folder: str | Path, device: str | torch.device = "cpu") -> VisionLanguageModel:
+    """The VisionLanguageModel of a `save_vision` folder; the LM comes from the folder or, when
+    it was not included, from the --init checkpoint recorded in its metadata."""
+    folder = Path(folder)
+    path = folder / VISION_CONFIG
+    if not path.is_file():
+        raise ckpt.CheckpointError(f"vision checkpoint config missing: {path}")
+    try:
+        config = json.loads(path.read_text())
+        tower_kind, prompt = config["tower"], config["prompt"]
+        source = folder if config["lm_included"] else config["meta"]["init"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ckpt.CheckpointError(f"vision checkpoint config is corrupt: {path} ({e})") from None
+    weights = folder / VISION_WEIGHTS
+    if not weights.is_file() or ckpt.sha256_file(weights) != config.get("sha256"):
+        raise ckpt.CheckpointError(f"vision weights missing or not matching their hash: "
+                                   f"{weights}")
+    lm, _ = ckpt.load_model(source)
+    vlm = VisionLanguageModel(lm, make_tower(tower_kind, lm.cfg), prompt)
+    try:
+        vlm.tower.load_state_dict(load_file(str(weights)))
+    except (SafetensorError, RuntimeError) as e:
+        raise ckpt.CheckpointError(f"vision weights do not fit: {weights} ({e})") from None
+    return vlm.to(device)
+
+
+# -- plots -------------------------------------------------------------------------------------
+
+def plot_grid(images: Tensor, labels: Tensor, preds: Tensor, png: Path, n: int = 64) -> None:
+    """Held-out images with 'predicted / true' titles, wrong answers in red."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = min(n, len(images))
+    cols = 8
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.2, rows * 1.35), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i < n:
+            ax.imshow(images[i].permute(1, 2, 0).numpy())
+            pred, true = int(preds[i]), int(labels[i])
+            ax.set_title(f"{pred if pred >= 0 else '?'} / {true}", fontsize=8,
+                         color="black" if pred == true else "red")
+    fig.suptitle("held-out renderings: predicted / true", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+def confusion_matrix(labels: Tensor, preds: Tensor) -> Tensor:
+    """Counts [10, 11]: row = true digit, column = answer (column 10: not a digit)."""
+    cols = torch.where(preds < 0, 10, preds)
+    return torch.bincount(labels * 11 + cols, minlength=110).view(10, 11)
+
+
+def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.8))
+    ax.imshow(matrix.numpy(), cmap="Blues")
+    for (i, j), v in zip(((i, j) for i in range(10) for j in range(11)), matrix.flatten(),
+                         strict=True):
+        if v:
+            ax.text(j, i, int(v), ha="center", va="center", fontsize=7,
+                    color="white" if v > matrix.max() / 2 else "black")
+    ax.set_xticks(range(11), [str(d) for d in range(10)] + ["?"])
+    ax.set_yticks(range(10))
+    ax.set_xlabel("answer")
+    ax.set_ylabel("true digit")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+def train_vision(out: str | Path, init: str | Path | None = None, preset: str = "25m",
+                 steps: int = 120, batch_size: int = 32, lr: float = 2e-3, warmup: int = 10,
+                 weight_decay: float = 0.01, train_scope: str = "vision",
+                 tower: str = "blocks", seed: int = 0, eval_size: int = 1000,
+                 device: str = "auto", precision: str = "fp32", progress: bool = True,
+                 plots: bool = True) -> dict[str, Any]:
+    """Train the vision path, evaluate it, write everything to `out`; returns the results."""
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size)):
+        if not isinstance(value, int) or value < 1:
+            raise VisionTrainError(f"{name} must be a positive integer, got {value!r}")
+    if warmup < 0 or not lr > 0:
+        raise VisionTrainError(f"need lr > 0 and warmup >= 0, got lr={lr}, warmup={warmup}")
+    if tower not in TOWERS:
+        raise VisionTrainError(f"unknown tower {tower!r}; choose from {', '.join(TOWERS)}")
+    out = Path(out)
+    if (out / RESULTS).exists():
+        raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
+    dev = resolve_device(device)
+    amp = autocast_dtype(dev, precision)
+    t_start = time.perf_counter()
+    vlm = build_model(init, preset, tower, seed, dev)
+    params = scope_parameters(vlm, train_scope)
+    lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
+    trained_moe = [layer.moe for layer in vlm.lm.layers
+                   if any(p.requires_grad for p in layer.moe.parameters())]
+    optimizer = make_optimizer(params, lr, weight_decay)
+    schedule = PretrainConfig(steps=steps, lr=lr, warmup=warmup)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / METRICS).write_text("")
+    except OSError as e:
+        raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
+
+    bar = Progress(steps, enabled=progress, desc="vision")
+    vlm.train()
+    t0 = time.perf_counter()
+    loss_value = float("nan")
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, schedule)
+        images, labels = digits.batch("train", step * batch_size, batch_size, seed)
+        images, labels = images.to(dev), labels.to(dev)
+        with autocast(dev, amp):
+            o = vlm(images)
+        logits = o.logits[:, -1].float()
+        loss = F.cross_entropy(logits, vlm.answer_targets(labels))
+        total = loss + o.aux_loss if lm_trained else loss
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+        optimizer.step()
+        for i, layer in enumerate(vlm.lm.layers):
+            if layer.moe in trained_moe:
+                layer.moe.update_bias(o.load[i])
+        loss_value = float(loss.detach())
+        acc = float((logits.argmax(-1) == vlm.answer_targets(labels)).float().mean())
+        append_jsonl(out / METRICS, {"step": step + 1, "loss": loss_value, "batch_acc": acc,
+                                     "lr": lr_at(step, schedule), "grad_norm": grad_norm,
+                                     "seconds": time.perf_counter() - t0})
+        bar.update(step + 1, loss=loss_value, acc=acc)
+    bar.close()
+    train_seconds = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    results: dict[str, Any] = {}
+    for split in ("heldout", "train"):
+        images, labels = evaluation_set(split, eval_size, seed)
+        preds = predict_all(vlm, images, dev, amp)
+        k = int((preds == labels).sum())
+        results[f"{split}_correct"] = [k, eval_size]
+        results[f"{split}_accuracy"] = k / eval_size
+        if split == "heldout":
+            matrix = confusion_matrix(labels, preds)
+            results["heldout_confusion"] = matrix.tolist()
+            if plots:
+                plot_grid(images, labels, preds, out / "heldout_grid.png")
+                plot_confusion(matrix, out / "confusion.png",
+                               f"held-out renderings: {k}/{eval_size} correct")
+    extra = digits.sklearn_digits()
+    if extra is None:
+        results["sklearn_digits"] = "skipped: scikit-learn is not installed"
+    else:
+        preds = predict_all(vlm, extra[0], dev, amp)
+        results["sklearn_correct"] = [int((preds == extra[1]).sum()), len(extra[1])]
+    eval_seconds = time.perf_counter() - t1
+
+    meta = {"init": str(init) if init is not None else None,
+            "preset": preset if init is None else None, "train_scope": train_scope,
+            "steps": steps, "seed": seed}
+    save_vision(out / CHECKPOINT, vlm, tower, with_lm=lm_trained or init is None, **meta)
+    results.update({
+        "tower": tower, "train_scope": train_scope, "init": meta["init"],
+        "preset": meta["preset"], "steps": steps, "batch_size": batch_size, "lr": lr,
+        "warmup": warmup, "seed": seed, "device": str(dev), "precision": precision,
+        "final_loss": loss_value,
+        "trainable_parameters": sum(p.numel() for p in params),
+        "tower_parameters": sum(p.numel() for p in vlm.tower.parameters()),
+        "train_seconds": train_seconds, "eval_seconds": eval_seconds,
+        "wall_seconds": time.perf_counter() - t_start,
+        "torch_threads": torch.get_num_threads(),
+    })
+    (out / RESULTS).write_text(json.dumps(results, indent=2))
+    return results
+
+
+# -- command line ------------------------------------------------------------------------------
+
+def add_arguments(p) -> None:
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--init", metavar="CHECKPOINT", help="start from this LM checkpoint")
+    source.add_argument("--from-scratch", action="store_true",
+                        help="start from a randomly initialised LM of --preset")
+    p.add_argument("--preset", default=None, help="model preset with --from-scratch: 25m | tiny")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--train-scope", choices=SCOPES, default="vision")
+    p.add_argument("--tower", choices=TOWERS, default="blocks",
+                   help="blocks: two-block transformer tower; direct: direct-patch baseline")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-size", type=int, default=1000)
+    p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+
+
+def run(args) -> int:
+    from glmflash.cli import CLIError
+
+    if args.preset is not None and args.init is not None:
+        raise CLIError("--preset applies only with --from-scratch (the checkpoint has its own)")
+    try:
+        results = train_vision(args.out, init=args.init, preset=args.preset or "25m",
+                               steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                               warmup=args.warmup, train_scope=args.train_scope,
+                               tower=args.tower, seed=args.seed, eval_size=args.eval_size,
+                               device=args.device, precision=args.precision)
+    except (VisionTrainError, ckpt.CheckpointError, ConfigError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    keys = ("heldout_correct", "train_correct", "trainable_parameters", "train_seconds",
+            "wall_seconds")
+    print(json.dumps({k: results[k] for k in keys}), file=sys.stdout)
+    return 0
