@@ -14,6 +14,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "info": ("glmflash.info", "parameter counts per component, layer pattern and options"),
     "verify": ("glmflash.verify.cli", "check candidate code against a task's hidden cases"),
+    "generate": ("glmflash.generate", "complete prompts with a checkpoint"),
+    "eval": ("glmflash.evaluate.coding", "greedy pass@1 or sampled pass@k on a task split"),
+    "rl": ("glmflash.train.rl", "RLOO post-training against the sandboxed verifier"),
     "pretrain": ("glmflash.train.pretrain", "pretrain from random weights on the synthetic corpus"),
 }
 

@@ -103,8 +103,7 @@ def segment_distance(points: np.ndarray, segments: np.ndarray) -> np.ndarray:
 
     d = |q - (a + t (b - a))| with t = clamp(<q - a, b - a> / |b - a|^2, 0, 1)."""
     qx, qy = points[:, 0], points[:, 1]  # [P]
-    (ax, ay), (bx, by) = segments[:, 0, :, None].transpose(1, 0, 2), \
-        segments[:, 1, :, None].transpose(1, 0, 2)  # each [S, 1]
+    ax, ay, bx, by = (segments[:, end, axis, None] for end in (0, 1) for axis in (0, 1))
     ex, ey = bx - ax, by - ay
     t = np.clip(((qx - ax) * ex + (qy - ay) * ey) / np.maximum(ex * ex + ey * ey, 1e-12), 0, 1)
     d2 = (qx - ax - t * ex) ** 2 + (qy - ay - t * ey) ** 2  # [S, P]

@@ -90,3 +90,47 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
         entry[0] += score
         entry[1] += 1
     return result
+
+
+# -- command line: glmflash eval -------------------------------------------------------------
+
+def add_arguments(p) -> None:
+    from glmflash.data.code_tasks import FAMILIES
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--split", choices=("dev", "rl", "confirm"), default="dev")
+    p.add_argument("--families", default=",".join(FAMILIES))
+    p.add_argument("--per-family", type=int, default=8)
+    p.add_argument("--mode", choices=("greedy", "sample"), default="greedy")
+    p.add_argument("--samples", type=int, default=8)
+    p.add_argument("--k", type=int, default=None, help="k of pass@k (default: --samples)")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="task seed and sampling seed")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default=None, help="JSON file for every prompt, completion, verdict")
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    from glmflash.cli import CLIError
+    from glmflash.data.code_tasks import tasks
+    from glmflash.device import resolve_device
+    from glmflash.train.checkpoint import CheckpointError, load_model
+
+    try:
+        model, _ = load_model(args.checkpoint, resolve_device(args.device))
+        todo = tasks(args.split, [f for f in args.families.split(",") if f],
+                     per_family=args.per_family, seed=args.seed)
+        result = evaluate_tasks(model, todo, args.mode, args.samples, args.k, args.temperature,
+                                args.top_p, args.seed, args.max_new_tokens)
+    except (CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    data = {"checkpoint": str(args.checkpoint), "split": args.split, **result.to_json()}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(data, indent=2))
+    print(json.dumps({k: v for k, v in data.items() if k != "records"}))
+    return 0

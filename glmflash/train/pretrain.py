@@ -254,8 +254,8 @@ def dev_pass_at_1(model: GLMFlash, cfg: PretrainConfig) -> dict[str, float]:
     """Greedy pass@1 on a few dev tasks per family, through the sandboxed verifier."""
     if cfg.eval_tasks == 0:
         return {}
-    from glmflash.evaluate.coding import evaluate_tasks
     from glmflash.data.code_tasks import tasks
+    from glmflash.evaluate.coding import evaluate_tasks
     result = evaluate_tasks(model, tasks("dev", per_family=cfg.eval_tasks, seed=cfg.seed))
     return {"dev_pass1": result.pass_rate}
 

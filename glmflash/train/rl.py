@@ -1,0 +1,361 @@
+"""RLOO post-training against the sandboxed executable reward.
+
+For each task, sample G completions, verify each in the sandbox, reward it, and use the
+leave-one-out baseline (no critic):
+
+    A_i = r_i - (1 / (G - 1)) * sum_{j != i} r_j            (optionally / std(r), GRPO style)
+    loss = -(1 / N) * sum_i A_i * sum_t log pi(y_{i,t} | prompt, y_{i,<t})   (+ beta * KL)
+
+The log-probabilities of a completion are summed over its tokens (sequence level, not averaged
+per token), so the update is the REINFORCE gradient of each completion's probability and a
+long completion is not down-weighted; N is the number of completions in the step. A group
+whose rewards are all equal has all A_i = 0: it contributes no gradient and is counted.
+The KL option penalises drift from the initial policy with the k3 estimator per token,
+exp(ref - logp) - (ref - logp) - 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from glmflash import tokenizer as tok
+from glmflash.data import derive_seed
+from glmflash.data.code_tasks import FAMILIES, CodeTask, tasks
+from glmflash.device import resolve_device
+from glmflash.evaluate.coding import completion_source, evaluate_tasks
+from glmflash.generate import generate
+from glmflash.model.lm import GLMFlash
+from glmflash.train import checkpoint as ckpt
+from glmflash.train.pretrain import (
+    METRICS,
+    TrainError,
+    append_jsonl,
+    checkpoint_dirs,
+    load_training_state,
+    read_jsonl,
+    save_training_state,
+    trim_metrics,
+)
+from glmflash.train.progress import Progress
+
+SCOPES = ("last-block-head", "last-block", "all")
+ROLLOUTS = "rollouts.jsonl"
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    families: tuple[str, ...] = ("increment", "double", "even")
+    groups: int = 96  # tasks, each one group of G completions
+    group_size: int = 16
+    tasks_per_step: int = 4  # groups batched into one optimizer step
+    temperature: float = 0.8
+    top_p: float = 1.0
+    lr: float = 1e-4
+    reward: str = "binary"
+    invalid_penalty: float = -0.1
+    scope: str = "last-block-head"
+    seed: int = 31415
+    kl: float = 0.0
+    normalize_std: bool = False
+    max_new_tokens: int = 48
+    eval_every: int = 24  # groups between dev evaluations
+    dev_per_family: int = 8
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        unknown = [f for f in self.families if f not in FAMILIES]
+        if unknown or not self.families:
+            raise ValueError(f"unknown family {', '.join(unknown) or '(none given)'}; choose from "
+                             f"{', '.join(FAMILIES)}")
+        if self.group_size < 2:
+            raise ValueError(f"group size must be at least 2 for a leave-one-out baseline, "
+                             f"got {self.group_size}")
+        if self.groups < 1 or self.tasks_per_step < 1 or self.eval_every < 1:
+            raise ValueError("groups, tasks per step and eval every must be positive")
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
+        if self.reward not in ("binary", "partial"):
+            raise ValueError(f"reward must be binary or partial, got {self.reward!r}")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be positive for sampling")
+
+
+def rloo_advantages(rewards: Tensor, normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
+    """Leave-one-out advantages over the last dim: A_i = r_i - mean_{j != i} r_j."""
+    G = rewards.shape[-1]
+    total = rewards.sum(-1, keepdim=True)
+    adv = rewards - (total - rewards) / (G - 1)
+    if normalize_std:
+        adv = adv / (rewards.std(-1, keepdim=True) + eps)
+    return adv
+
+
+def set_scope(model: GLMFlash, scope: str) -> int:
+    """Freeze all but the scope's parameters; returns the trainable count.
+    last-block-head: last block + final norm + tied embedding/head; last-block; all."""
+    for p in model.parameters():
+        p.requires_grad_(scope == "all")
+    if scope != "all":
+        for p in model.layers[-1].parameters():
+            p.requires_grad_(True)
+    if scope == "last-block-head":
+        model.final_norm.weight.requires_grad_(True)
+        model.embedding.weight.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: list[list[int]]
+                      ) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-token log pi of each completion given its prompt (right-padded batch).
+    Returns (logp [N, L], mask [N, L], token ids [N, L]) over completion positions."""
+    seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
+    T = max(len(s) for s in seqs)
+    device = next(model.parameters()).device
+    ids = torch.full((len(seqs), T), tok.PAD, dtype=torch.long, device=device)
+    mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=device)
+    for i, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, len(p): len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
+    logits = model(ids[:, :-1]).logits.float()
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return logp * mask, mask, ids[:, 1:]
+
+
+def policy_loss(logp: Tensor, mask: Tensor, adv: Tensor, ref_logp: Tensor | None = None,
+                beta: float = 0.0) -> Tensor:
+    """-(1/N) sum_i A_i sum_t logp_it  (+ beta * mean per-token k3 KL to the reference)."""
+    loss = -(adv * logp.sum(-1)).sum() / len(adv)
+    if ref_logp is not None and beta > 0:
+        d = (ref_logp - logp) * mask
+        kl = (torch.exp(d) - d - 1) * mask
+        loss = loss + beta * kl.sum() / mask.sum().clamp_min(1)
+    return loss
+
+
+def reward_of(verdict, cfg: RLConfig) -> float:
+    from glmflash.verify import reward
+    return reward(verdict, cfg.reward, cfg.invalid_penalty)
+
+
+def rl_tasks(cfg: RLConfig) -> list[CodeTask]:
+    """The RL split's tasks in training order: families interleaved, then cycling."""
+    per = math.ceil(cfg.groups / len(cfg.families))
+    by_family = [tasks("rl", [f], per_family=per, seed=cfg.seed) for f in cfg.families]
+    order = [fam[i] for i in range(per) for fam in by_family]
+    return order[: cfg.groups]
+
+
+def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "auto",
+             resume: bool = False, log=None) -> dict[str, Any]:
+    """Run RLOO from checkpoint `init` into `out`; returns a summary dict."""
+    log = log or (lambda m: print(m, file=sys.stderr))
+    out, dev = Path(out), resolve_device(device)
+    model, meta = ckpt.load_model(init, dev)
+    record = {"rl": asdict(cfg), "init": str(init), "init_sha256": meta.get("sha256")}
+    run_file = out / "run.json"
+    if resume:
+        if not run_file.is_file():
+            raise TrainError(f"nothing to resume in {out}: {run_file} not found")
+        saved = json.loads(run_file.read_text())
+        if saved["rl"] != json.loads(json.dumps(record["rl"])):
+            raise TrainError(f"--resume with settings that differ from the run in {out}")
+    elif run_file.exists():
+        raise TrainError(f"{out} already holds a run; use --resume or another --out")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        run_file.write_text(json.dumps(record, indent=2))
+    trainable = set_scope(model, cfg.scope)
+    log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope})")
+    reference = None
+    if cfg.kl > 0:
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    start = 0
+    if resume and checkpoint_dirs(out):
+        start = load_training_state(checkpoint_dirs(out)[-1], model, optimizer)
+        log(f"resuming {out} from group {start}")
+    trim_metrics(out / METRICS, start)
+    trim_metrics(out / ROLLOUTS, start)
+    order = rl_tasks(cfg)
+    dev_tasks = tasks("dev", cfg.families, per_family=cfg.dev_per_family, seed=cfg.seed)
+    best = _best_so_far(out)
+    if start == 0 and best is None:
+        best = _evaluate_dev(model, dev_tasks, cfg, out, 0, None)
+    progress = Progress(cfg.groups, start, unit="group", desc="rl")
+    t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
+    g = start
+    while g < cfg.groups:
+        batch = order[g: min(cfg.groups, g + cfg.tasks_per_step)]
+        stats = _rl_step(model, reference, optimizer, params, batch, g, cfg, out)
+        g += len(batch)
+        n_rollouts += len(batch) * cfg.group_size
+        stats.update(step=g, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
+        if g % cfg.eval_every < len(batch) or g == cfg.groups:
+            best = _evaluate_dev(model, dev_tasks, cfg, out, g, best)
+            stats["dev_pass1"] = best["last"]
+        append_jsonl(out / METRICS, stats)
+        progress.update(g, reward=stats["reward_mean"], pass_rate=stats["pass_rate"],
+                        rollouts_s=stats["rollouts_per_s"])
+        save_training_state(out, g, model, optimizer, keep=1, metrics={"group": g})
+    progress.close()
+    rows = list(read_jsonl(out / METRICS))
+    summary.update(groups=cfg.groups, wall_seconds=time.perf_counter() - t0,
+                   no_spread_groups=sum(r["no_spread"] for r in rows),
+                   best_dev=best, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
+    plot_rl(rows, out / "rl.png")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _rl_step(model, reference, optimizer, params, batch: list[CodeTask], g0: int,
+             cfg: RLConfig, out: Path) -> dict[str, Any]:
+    """Sample, verify and reward G completions for each task of `batch`; one update."""
+    from glmflash.verify import verify_many
+
+    prompts, owners, completions = [], [], []
+    for j, task in enumerate(batch):
+        # each group's sampling is seeded by its index: resuming reproduces it exactly
+        comps = generate(model, [task.prompt] * cfg.group_size, cfg.max_new_tokens,
+                         temperature=cfg.temperature, top_p=cfg.top_p,
+                         seed=derive_seed("rl", cfg.seed, g0 + j))
+        completions += comps
+        owners += [task] * cfg.group_size
+        prompts += [c.prompt_ids for c in comps]
+    verdicts = verify_many([completion_source(t, c.text) for t, c in zip(owners, completions,
+                                                                         strict=True)],
+                           [t.task for t in owners])
+    rewards = torch.tensor([reward_of(v, cfg) for v in verdicts], dtype=torch.float64)
+    rewards = rewards.view(len(batch), -1)
+    adv = rloo_advantages(rewards, cfg.normalize_std).flatten()
+    no_spread = int((rewards.max(-1).values == rewards.min(-1).values).sum())
+    for i, (t, c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
+        append_jsonl(out / ROLLOUTS, {"step": g0 + i // cfg.group_size + 1, "task": t.name,
+                                      "family": t.family, "prompt": t.prompt,
+                                      "completion": c.text, "status": v.status,
+                                      "passed": v.passed, "total": v.total,
+                                      "reward": float(rewards.flatten()[i]),
+                                      "advantage": float(adv[i])})
+    model.train()
+    loss_value = 0.0
+    if no_spread < len(batch):
+        keep = adv != 0
+        ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in completions]
+        sel = keep.nonzero().flatten().tolist()
+        logp, mask, _ = sequence_logprobs(model, [prompts[i] for i in sel], [ids[i] for i in sel])
+        ref = None
+        if reference is not None:
+            with torch.no_grad():
+                ref, _, _ = sequence_logprobs(reference, [prompts[i] for i in sel],
+                                              [ids[i] for i in sel])
+        # the mean runs over all N completions: zero-advantage ones add nothing but count
+        a = adv[sel].to(device=logp.device, dtype=logp.dtype)
+        loss = policy_loss(logp, mask, a, ref, cfg.kl) * len(sel) / len(adv)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+        loss_value = float(loss)
+    statuses = [v.status for v in verdicts]
+    return {"reward_mean": float(rewards.mean()), "pass_rate": statuses.count("pass") / len(
+        statuses), "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses)
+        / len(statuses), "no_spread": no_spread, "loss": loss_value,
+        "mean_len": sum(len(c.ids) for c in completions) / len(completions)}
+
+
+def _best_so_far(out: Path) -> dict[str, Any] | None:
+    path = out / "best" / "config.json"
+    if path.is_file():
+        return json.loads(path.read_text())["meta"]["best"]
+    return None
+
+
+def _evaluate_dev(model, dev_tasks, cfg: RLConfig, out: Path, g: int,
+                  best: dict[str, Any] | None) -> dict[str, Any]:
+    """Greedy dev pass@1; keep the best checkpoint by dev only (ties go to the later one)."""
+    result = evaluate_tasks(model, dev_tasks, max_new_tokens=cfg.max_new_tokens)
+    score = result.pass_rate
+    if best is None or score >= best["dev_pass1"]:
+        best = {"group": g, "dev_pass1": score}
+        ckpt.save_model(out / "best", model, best={**best, "last": score}, group=g)
+    return {**best, "last": score}
+
+
+def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
+    if not rows:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in rows], [r["reward_mean"] for r in rows], label="reward (mean)")
+    ax.plot([r["step"] for r in rows], [r["pass_rate"] for r in rows], label="sample pass rate")
+    dev = [r for r in rows if "dev_pass1" in r]
+    ax.plot([r["step"] for r in dev], [r["dev_pass1"] for r in dev], "o-",
+            label="dev greedy pass@1")
+    ax.set_xlabel("groups")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+def add_arguments(p) -> None:
+    d = RLConfig()
+    p.add_argument("--init", required=True, help="checkpoint folder to start from")
+    p.add_argument("--out", required=True)
+    p.add_argument("--families", default=",".join(d.families))
+    p.add_argument("--groups", type=int, default=d.groups)
+    p.add_argument("--group-size", type=int, default=d.group_size)
+    p.add_argument("--tasks-per-step", type=int, default=d.tasks_per_step)
+    p.add_argument("--temperature", type=float, default=d.temperature)
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--reward", choices=("binary", "partial"), default=d.reward)
+    p.add_argument("--invalid-penalty", type=float, default=d.invalid_penalty)
+    p.add_argument("--scope", choices=SCOPES, default=d.scope)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--kl", type=float, default=d.kl, help="KL penalty to the initial policy")
+    p.add_argument("--normalize-std", action="store_true")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--eval-every", type=int, default=d.eval_every)
+    p.add_argument("--dev-per-family", type=int, default=d.dev_per_family)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--resume", action="store_true")
+
+
+def config_from_args(args) -> RLConfig:
+    return RLConfig(families=tuple(f.strip() for f in args.families.split(",") if f.strip()),
+                    groups=args.groups, group_size=args.group_size,
+                    tasks_per_step=args.tasks_per_step, temperature=args.temperature,
+                    top_p=args.top_p, lr=args.lr, reward=args.reward,
+                    invalid_penalty=args.invalid_penalty, scope=args.scope, seed=args.seed,
+                    kl=args.kl, normalize_std=args.normalize_std,
+                    max_new_tokens=args.max_new_tokens, eval_every=args.eval_every,
+                    dev_per_family=args.dev_per_family)
+
+
+def run(args) -> int:
+    from glmflash.cli import CLIError
+
+    try:
+        cfg = config_from_args(args)
+        summary = train_rl(args.init, args.out, cfg, args.device, args.resume)
+    except (ValueError, TrainError, ckpt.CheckpointError) as e:
+        raise CLIError(str(e)) from None
+    print(json.dumps(summary))
+    return 0
