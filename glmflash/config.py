@@ -161,7 +161,7 @@ class PretrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     corpus: str = "tasks"  # tasks | compositions | stdlib | mix
-    precision: str = "bf16"  # bf16 autocast or fp32
+    precision: str = "fp32"  # fp32, or bf16 autocast (slower on CPUs without native bf16)
     optimizer: str = "adamw"  # adamw | muon (Muon for 2-D hidden matrices, AdamW for the rest)
     eval_every: int = 100
     eval_batches: int = 4

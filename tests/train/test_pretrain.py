@@ -1,0 +1,106 @@
+"""Pretraining: schedule, a tiny run, exact resume, data parallel == single process, errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from glmflash.cli import main
+from glmflash.config import PretrainConfig
+from glmflash.train.pretrain import TrainError, checkpoint_dirs, lr_at, pretrain
+
+FAST = dict(preset="tiny", steps=4, batch_size=4, seq_len=32, warmup=1, eval_every=2,
+            eval_batches=1, eval_tasks=0, ckpt_every=2, precision="fp32")
+
+
+def weights(run_dir) -> dict[str, torch.Tensor]:
+    return load_file(str(checkpoint_dirs(run_dir)[-1] / "model.safetensors"))
+
+
+def losses(run_dir) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").open()]
+
+
+def test_schedule_warmup_then_cosine():
+    cfg = PretrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0)
+    assert lr_at(55, cfg) == pytest.approx(0.55)
+    assert lr_at(100, cfg) == pytest.approx(0.1)
+    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
+
+
+def test_tiny_run_learns_and_writes_everything(tmp_path):
+    cfg = PretrainConfig(**{**FAST, "steps": 12, "lr": 1e-2, "ckpt_every": 6})
+    summary = pretrain(cfg, tmp_path / "run", device="cpu")
+    run = tmp_path / "run"
+    assert (run / "loss.png").stat().st_size > 0 and (run / "summary.json").is_file()
+    rows = losses(run)
+    assert len(rows) == 12 and rows[-1] < rows[0] - 0.3
+    assert summary["dev_loss"] > 0
+    assert [p.name for p in checkpoint_dirs(run)] == ["step_000006", "step_000012"]
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    cfg = PretrainConfig(**FAST)
+    pretrain(cfg, tmp_path / "a", device="cpu")
+    pretrain(cfg, tmp_path / "b", device="cpu")
+    # interrupt b after its step-2 checkpoint: drop what came later, then resume
+    import shutil
+    shutil.rmtree(checkpoint_dirs(tmp_path / "b")[-1])
+    pretrain(cfg, tmp_path / "b", device="cpu", resume=True)
+    wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_bad_input_is_one_clear_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--preset", "nope", "--out", str(out)]) == 2
+    assert "unknown preset" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "tiny", "--steps", "-3", "--out", str(out)]) == 2
+    assert "steps" in capsys.readouterr().err
+    assert main(["pretrain", "--preset", "tiny", "--out", str(out), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["pretrain", "--preset", "tiny", "--out", str(blocker / "sub")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    with pytest.raises(TrainError, match="already holds a run"):
+        pretrain(PretrainConfig(**FAST), tmp_path / "r2", device="cpu")
+        pretrain(PretrainConfig(**FAST), tmp_path / "r2", device="cpu")
+
+
+def test_corrupt_checkpoint_on_resume(tmp_path, capsys):
+    cfg = PretrainConfig(**{**FAST, "steps": 2})
+    pretrain(cfg, tmp_path / "r", device="cpu")
+    target = checkpoint_dirs(tmp_path / "r")[-1] / "model.safetensors"
+    target.write_bytes(target.read_bytes()[:100])
+    assert main(["pretrain", "--out", str(tmp_path / "r"), "--resume"]) == 2
+    assert "model.safetensors" in capsys.readouterr().err
+
+
+def test_two_processes_equal_one(tmp_path):
+    """torchrun with 2 CPU ranks == one process on the same global batch (float tolerance).
+    The balance loss is off: it is a per-rank statistic, as in any data-parallel MoE."""
+    args = ["--preset", "tiny", "--steps", "3", "--batch-size", "4", "--seq-len", "32",
+            "--eval-tasks", "0", "--precision", "fp32", "--eval-every", "3",
+            "--model-option", "balance_coef=0", "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    single = subprocess.run([sys.executable, "-m", "glmflash", "pretrain", "--out",
+                             str(tmp_path / "one"), *args], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert single.returncode == 0, single.stderr
+    multi = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                            "2", "--master-port", "29517", "-m", "glmflash", "pretrain", "--out",
+                            str(tmp_path / "two"), *args], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
+    for k in w1:
+        assert torch.allclose(w1[k], w2[k], atol=1e-5, rtol=1e-4), k
+    assert losses(tmp_path / "one") == pytest.approx(losses(tmp_path / "two"), rel=1e-5)
