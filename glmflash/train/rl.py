@@ -97,7 +97,9 @@ def rloo_advantages(rewards: Tensor, normalize_std: bool = False, eps: float = 1
     adv = rewards - (total - rewards) / (G - 1)
     if normalize_std:
         adv = adv / (rewards.std(-1, keepdim=True) + eps)
-    return adv
+    # equal rewards give exactly zero (not a rounding residue): no gradient from such a group
+    spread = rewards.amax(-1, keepdim=True) > rewards.amin(-1, keepdim=True)
+    return adv * spread
 
 
 def set_scope(model: GLMFlash, scope: str) -> int:
@@ -126,7 +128,8 @@ def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: li
     for i, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
         ids[i, : len(s)] = torch.tensor(s)
         mask[i, len(p): len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
-    logits = model(ids[:, :-1]).logits.float()
+    logits = model(ids[:, :-1]).logits
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     return logp * mask, mask, ids[:, 1:]
 
@@ -223,15 +226,13 @@ def _rl_step(model, reference, optimizer, params, batch: list[CodeTask], g0: int
     """Sample, verify and reward G completions for each task of `batch`; one update."""
     from glmflash.verify import verify_many
 
-    prompts, owners, completions = [], [], []
-    for j, task in enumerate(batch):
-        # each group's sampling is seeded by its index: resuming reproduces it exactly
-        comps = generate(model, [task.prompt] * cfg.group_size, cfg.max_new_tokens,
-                         temperature=cfg.temperature, top_p=cfg.top_p,
-                         seed=derive_seed("rl", cfg.seed, g0 + j))
-        completions += comps
-        owners += [task] * cfg.group_size
-        prompts += [c.prompt_ids for c in comps]
+    # one call for the whole step: prompts of equal length share decoding batches; the seed
+    # is the step's first group index, so resuming at a step boundary reproduces the samples
+    owners = [task for task in batch for _ in range(cfg.group_size)]
+    completions = generate(model, [t.prompt for t in owners], cfg.max_new_tokens,
+                           temperature=cfg.temperature, top_p=cfg.top_p,
+                           seed=derive_seed("rl", cfg.seed, g0))
+    prompts = [c.prompt_ids for c in completions]
     verdicts = verify_many([completion_source(t, c.text) for t, c in zip(owners, completions,
                                                                          strict=True)],
                            [t.task for t in owners])
@@ -246,31 +247,39 @@ def _rl_step(model, reference, optimizer, params, batch: list[CodeTask], g0: int
                                       "passed": v.passed, "total": v.total,
                                       "reward": float(rewards.flatten()[i]),
                                       "advantage": float(adv[i])})
-    model.train()
-    loss_value = 0.0
-    if no_spread < len(batch):
-        keep = adv != 0
-        ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in completions]
-        sel = keep.nonzero().flatten().tolist()
-        logp, mask, _ = sequence_logprobs(model, [prompts[i] for i in sel], [ids[i] for i in sel])
-        ref = None
-        if reference is not None:
-            with torch.no_grad():
-                ref, _, _ = sequence_logprobs(reference, [prompts[i] for i in sel],
-                                              [ids[i] for i in sel])
-        # the mean runs over all N completions: zero-advantage ones add nothing but count
-        a = adv[sel].to(device=logp.device, dtype=logp.dtype)
-        loss = policy_loss(logp, mask, a, ref, cfg.kl) * len(sel) / len(adv)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        optimizer.step()
-        loss_value = float(loss)
+    loss_value = rloo_update(model, reference, optimizer, params, prompts, completions,
+                             adv, cfg)
     statuses = [v.status for v in verdicts]
     return {"reward_mean": float(rewards.mean()), "pass_rate": statuses.count("pass") / len(
         statuses), "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses)
         / len(statuses), "no_spread": no_spread, "loss": loss_value,
         "mean_len": sum(len(c.ids) for c in completions) / len(completions)}
+
+
+def rloo_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
+                prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig) -> float:
+    """One policy-gradient step on the completions with nonzero advantage; returns the loss.
+    The scored tokens are exactly the sampled ones: the body, plus EOS when it ended there."""
+    sel = (adv != 0).nonzero().flatten().tolist()
+    if not sel:
+        return 0.0
+    model.train()
+    ids = [completions[i].ids + ([tok.EOS] if completions[i].stop == "eos" else [])
+           for i in sel]
+    chosen = [prompts[i] for i in sel]
+    logp, mask, _ = sequence_logprobs(model, chosen, ids)
+    ref = None
+    if reference is not None:
+        with torch.no_grad():
+            ref, _, _ = sequence_logprobs(reference, chosen, ids)
+    a = adv[sel].to(device=logp.device, dtype=logp.dtype)
+    # the mean runs over all N completions: zero-advantage ones add nothing but count
+    loss = policy_loss(logp, mask, a, ref, cfg.kl) * len(sel) / len(adv)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    optimizer.step()
+    return float(loss.detach())
 
 
 def _best_so_far(out: Path) -> dict[str, Any] | None:
