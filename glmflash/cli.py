@@ -12,6 +12,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
+    "pipeline": ("glmflash.pipeline", "random weights -> pretrain -> RL -> vision -> report"),
     "info": ("glmflash.info", "parameter counts per component, layer pattern and options"),
     "verify": ("glmflash.verify.cli", "check candidate code against a task's hidden cases"),
     "generate": ("glmflash.generate", "complete prompts with a checkpoint"),

@@ -3,7 +3,7 @@
 Each glyph is a few polylines on a 4 x 6 grid (x right, y down; arcs are sampled ellipses).
 A rendering places the glyph on the pixel grid and paints it with anti-aliased thick strokes:
 
-    p       = centre + scale * unit * (x - 2 + slant * (3 - y), y - 3) + shift   (unit = 3 px)
+    p       = centre + scale * unit * (x - 2 + slant * (3 - y), y - 3) + shift   (unit = 2.5 px)
     d(q)    = distance from pixel centre q to the nearest stroke segment
     ink(q)  = clamp(width / 2 + 1/2 - d(q), 0, 1)          (coverage of a box-filtered pixel)
     image   = clamp(bg + intensity * ink * (fg - bg) + noise, 0, 1),  noise ~ N(0, sigma^2)
@@ -42,7 +42,7 @@ from torch import Tensor
 from glmflash.data import derive_seed
 
 SIZE = 32
-UNIT = 3.0  # pixels per glyph-grid unit at scale 1: a glyph is 12 x 18 px
+UNIT = 2.5  # pixels per glyph-grid unit at scale 1: a glyph is 10 x 15 px
 SPLITS = ("train", "heldout")
 
 
@@ -168,9 +168,8 @@ def split_ranges(split: str) -> Ranges:
     return RANGES[split]
 
 
-def sample_params(split: str, rng: np.random.Generator) -> RenderParams:
-    """Draw one rendering's parameters from the split's ranges."""
-    r = split_ranges(split)
+def sample_params(r: Ranges, rng: np.random.Generator) -> RenderParams:
+    """Draw one rendering's parameters from the ranges `r`."""
 
     def u(lo_hi: tuple[float, float]) -> float:
         return float(rng.uniform(*lo_hi))
@@ -197,7 +196,7 @@ def sample(split: str, index: int, seed: int = 0) -> tuple[Tensor, int]:
     rng = np.random.default_rng(derive_seed("digits", split, seed, index))
     order = np.random.default_rng(derive_seed("digits-order", split, seed, index // 10))
     label = int(order.permutation(10)[index % 10])
-    return render(label, sample_params(split, rng)), label
+    return render(label, sample_params(split_ranges(split), rng)), label
 
 
 def batch(split: str, start: int, n: int, seed: int = 0) -> tuple[Tensor, Tensor]:

@@ -120,4 +120,4 @@ class MoE(nn.Module):
             self.select_bias.add_(self.bias_rate * torch.sign(load.mean() - load))
 
 
-__all__ = ["MoE", "MoEStats", "SwiGLU"]
+__all__ = ["MoE", "MoEStats", "SwiGLU", "swiglu"]

@@ -40,6 +40,16 @@ def patchify(images: Tensor) -> Tensor:
     return x.reshape(B, GRID, GRID, PATCH_DIM)
 
 
+def standardize(images: Tensor, eps: float = 1e-3) -> Tensor:
+    """Per image: subtract each channel's mean, divide by the overall standard deviation.
+
+    x_c = bg_c + a ink (fg_c - bg_c) + noise  becomes  +-(ink - mean ink) in every channel, up
+    to a per-channel factor, whatever the colours and the ink intensity a (the sign depends on
+    the polarity). One scale for all channels keeps each channel's signal-to-noise ratio."""
+    centred = images - images.mean((-2, -1), keepdim=True)
+    return centred / (centred.pow(2).mean((-3, -2, -1), keepdim=True) + eps ** 2).sqrt()
+
+
 def merge_2x2(x: Tensor) -> Tensor:
     """[B, H, W, D] -> [B, H/2 * W/2, 4D]: each 2x2 group concatenated (row-major groups)."""
     B, H, W, D = x.shape

@@ -1,0 +1,169 @@
+"""`glmflash bench model|generate|verify|all [--json]`: our speed against straightforward
+baselines, both measured in the same run.
+
+  model     train step of a preset (fp32, bf16 autocast) vs the naive model; model FLOP/s as
+            a share of the matmul peak measured alongside; attention and MoE modules vs
+            their naive forms, with peak memory
+  generate  cached decoding vs full recomputation; cached step time by context length
+  verify    the sandboxed verifier pool vs in-process exec and a process per program
+  all       the three, in that order
+
+With --json: one JSON object, the raw figures beside `ratios`, which maps each comparison to
+our speed / the baseline's (for memory: the baseline's peak / ours), so higher is better;
+`peak_fraction` is the share of the measured fp32 matmul peak. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+from glmflash.config import PRESETS, ConfigError, model_config
+
+SECTIONS = ("model", "generate", "verify")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def context_list(text: str) -> list[int]:
+    try:
+        return [positive_int(c) for c in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected positive integers separated by commas, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("which", choices=(*SECTIONS, "all"), help="what to measure")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--preset", default="25m", help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch CPU threads (default: torch's own choice)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="best of this many timed runs")
+    p.add_argument("--naive-repeats", type=positive_int, default=1,
+                   help="timed runs of the slow baselines (naive train step, full recompute)")
+    m = p.add_argument_group("model")
+    m.add_argument("--batch-size", type=positive_int, default=32)
+    m.add_argument("--seq-len", type=positive_int, default=128)
+    m.add_argument("--square-size", type=positive_int, default=1024,
+                   help="side of the square matmul in the peak measurement")
+    m.add_argument("--no-bf16", action="store_true", help="skip the bf16 autocast step")
+    g = p.add_argument_group("generate")
+    g.add_argument("--gen-batch-size", type=positive_int, default=16)
+    g.add_argument("--prompt-len", type=positive_int, default=60,
+                   help="prompt tokens, BOS included")
+    g.add_argument("--new-tokens", type=positive_int, default=48)
+    g.add_argument("--decode-contexts", type=context_list, default="64,192",
+                   help="comma-separated context lengths for the cached step time")
+    v = p.add_argument_group("verify")
+    v.add_argument("--programs", type=positive_int, default=600,
+                   help="programs in the verifier mix")
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def environment(device: Any) -> dict[str, Any]:
+    import torch
+
+    return {"torch": torch.__version__, "device": str(device),
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "machine": platform.machine(), "processor": platform.processor(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def run_section(which: str, args: argparse.Namespace, device: Any) -> dict[str, Any]:
+    cfg = model_config(args.preset)
+    if which == "model":
+        from glmflash.bench.model import bench_model
+        return bench_model(cfg, args.batch_size, args.seq_len, args.repeats, args.naive_repeats,
+                           args.square_size, not args.no_bf16, device, log)
+    if which == "generate":
+        from glmflash.bench.generate import bench_generate
+        return bench_generate(cfg, args.gen_batch_size, args.prompt_len, args.new_tokens,
+                              args.decode_contexts, args.repeats, args.naive_repeats, device, log)
+    from glmflash.bench.verify import bench_verify
+    log(f"verifier throughput on {args.programs} programs")
+    return {"bench": "verify", **bench_verify(args.programs, n_fresh=min(40, args.programs))}
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from glmflash.cli import CLIError
+    from glmflash.device import resolve_device
+
+    try:
+        model_config(args.preset)
+        device = resolve_device(args.device)
+    except (ConfigError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    env = environment(device)
+    sections = SECTIONS if args.which == "all" else (args.which,)
+    try:
+        results = {s: run_section(s, args, device) for s in sections}
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if args.which == "all":
+        ratios = {k: v for r in results.values() for k, v in r["ratios"].items()}
+        result = {"bench": "all", **results, "ratios": ratios}
+    else:
+        result = results[args.which]
+    result["preset"] = args.preset
+    result["environment"] = {**env, "load_average_after": environment(device)["load_average"]}
+
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+    return 0
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Sections of aligned `name  value` rows, the ratios last."""
+    if result["bench"] == "all":
+        groups = {s: result[s] for s in SECTIONS}
+    else:
+        groups = {result["bench"]: {k: v for k, v in result.items()
+                                    if k not in ("preset", "environment")}}
+    groups["environment"] = {"preset": result["preset"], **result["environment"]}
+    for title, values in groups.items():
+        print(f"== {title}")
+        _print_rows({k: v for k, v in values.items() if k not in ("bench", "ratios")})
+    print("== ratios (ours / baseline; higher is better)")
+    _print_rows(result["ratios"])
+
+
+def _print_rows(values: dict[str, Any]) -> None:
+    rows = _flatten(values)
+    width = max((len(k) for k, _ in rows), default=0)
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+
+
+def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(obj, dict):
+        return [row for k, v in obj.items()
+                for row in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(obj, float):
+        return [(prefix, f"{obj:.4g}")]
+    if isinstance(obj, list):
+        return [(prefix, ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in obj))]
+    return [(prefix, "-" if obj is None else str(obj))]
+
+
+__all__ = ["add_arguments", "run"]

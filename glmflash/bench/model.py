@@ -1,0 +1,191 @@
+"""`glmflash bench model`: training speed against the straightforward implementation.
+
+Measured in one run, so that every figure sees the same machine:
+  * the matmul peak in fp32 and bf16 (the model's own [B*T, d] @ [d, hidden] shapes and a
+    large square), the yardstick for the model FLOP/s;
+  * the whole train step (forward, backward, gradient clipping, AdamW) in fp32 and under bf16
+    autocast, and the same step of `naive_glmflash` (fp32), taking turns;
+  * each attention and MoE module against its naive form (forward + backward, same weights,
+    same input), with the peak tensor memory of each.
+
+Model FLOPs per step = 6 * active parameters * tokens + 3 * attention FLOPs (forward, and twice
+that for backward), with the attention FLOPs of `attention_flops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from glmflash.bench.baselines.naive_model import naive_form, naive_glmflash
+from glmflash.bench.peak import MEMORY_METHOD, best_times, matmul_peak, peak_memory
+from glmflash.config import ModelConfig, PretrainConfig
+from glmflash.device import autocast_dtype
+from glmflash.info import parameter_counts
+from glmflash.model.attention_linear import LinearAttention
+from glmflash.model.attention_sparse import SparseAttention
+from glmflash.model.lm import GLMFlash
+from glmflash.model.moe import MoE
+from glmflash.train.pretrain import autocast, make_optimizer
+
+Log = Callable[[str], None]
+
+# component: (our module, what its naive form does)
+COMPONENTS: dict[str, tuple[type[nn.Module], str]] = {
+    "linear_attention": (LinearAttention, "chunkwise vs cumsum of outer products"),
+    "sparse_attention": (SparseAttention, "masked SDPA vs gathered keys"),
+    "moe": (MoE, "sorted dispatch vs a boolean mask per expert"),
+}
+
+
+def attention_flops(cfg: ModelConfig, T: int) -> int:
+    """Forward FLOPs of one sequence of T tokens spent in attention outside parameter matmuls,
+    counted as the kernels execute them (per head, D = head_dim):
+
+        linear, per chunk of c tokens: phi(Q) phi(K)^T and A V (the causal block in full,
+                2 c^2 D each), phi(Q) S and the state update phi(K)^T V (2 c D^2 each), the
+                normaliser phi(Q) z (2 c D)
+        sparse: scaled_dot_product_attention with a mask: Q K^T and P V over all T keys
+                (2 T^2 D each)
+
+    The delta-rule variant is counted like the ELU one (a lower bound)."""
+    C, D, H = cfg.linear_chunk, cfg.head_dim, cfg.n_heads
+    chunks = [min(C, T - start) for start in range(0, T, C)]
+    linear = H * sum(4 * c * c * D + 4 * c * D * D + 2 * c * D for c in chunks)
+    sparse = H * 4 * T * T * D
+    n_linear = cfg.layer_kinds.count("L") + int(cfg.mtp)
+    return n_linear * linear + cfg.layer_kinds.count("S") * sparse
+
+
+def train_flops(cfg: ModelConfig, batch_size: int, seq_len: int) -> int:
+    """Model FLOPs of one train step: 6 N_active per token plus 3x the attention forward."""
+    active = parameter_counts(cfg)["active"]["all"]
+    return 6 * active * batch_size * seq_len + 3 * batch_size * attention_flops(cfg, seq_len)
+
+
+def train_step(model: GLMFlash, x: Tensor, y: Tensor,
+               amp: torch.dtype | None) -> Callable[[], None]:
+    """One pretraining update as `glmflash pretrain` does it, on a fixed batch."""
+    optimizer = make_optimizer(model, PretrainConfig())
+
+    def step() -> None:
+        with autocast(x.device, amp):
+            out = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        (out.loss + out.aux_loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+def forward_backward(module: nn.Module, x: Tensor, grad: Tensor) -> Callable[[], None]:
+    """Forward and backward of one sublayer (first output) with fresh gradients each call."""
+
+    def run() -> None:
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        module(x)[0].backward(grad)
+
+    return run
+
+
+def bench_components(cfg: ModelConfig, batch_size: int, seq_len: int, repeats: int,
+                     device: torch.device, log: Log) -> dict[str, dict[str, Any]]:
+    """Each module against its naive form on x [batch_size, seq_len, d_model]: forward +
+    backward time and peak memory. Uses the ELU linear and fixed sparse kinds."""
+    cfg = dataclasses.replace(cfg, linear_kind="elu", sparse_kind="fixed")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch_size, seq_len, cfg.d_model, generator=g).to(device).requires_grad_()
+    grad = torch.randn(x.shape, generator=g).to(device)
+    results = {}
+    for name, (cls, what) in COMPONENTS.items():
+        log(f"component {name} ({what})")
+        torch.manual_seed(0)
+        ours = cls(cfg).to(device)
+        fns = {"ours": forward_backward(ours, x, grad),
+               "naive": forward_backward(naive_form(ours, cfg), x, grad)}
+        seconds = best_times(fns, repeats, device)
+        memory = {k: peak_memory(fn, device) for k, fn in fns.items()}
+        results[name] = {"compares": what,
+                         "ours_ms": 1e3 * seconds["ours"], "naive_ms": 1e3 * seconds["naive"],
+                         "ours_peak_mb": _mb(memory["ours"]),
+                         "naive_peak_mb": _mb(memory["naive"])}
+    return results
+
+
+def bench_model(cfg: ModelConfig, batch_size: int = 32, seq_len: int = 128, repeats: int = 3,
+                naive_repeats: int = 1, square: int = 1024, bf16: bool = True,
+                device: torch.device | str = "cpu", log: Log = lambda _: None,
+                ) -> dict[str, Any]:
+    """Every figure of `glmflash bench model`, as one JSON-ready dict with `ratios`."""
+    device = torch.device(device)
+    tokens = batch_size * seq_len
+    precisions = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if bf16 else {})}
+
+    log("matmul peak")
+    shapes = [(tokens, cfg.d_model, cfg.expert_hidden), (tokens, cfg.expert_hidden, cfg.d_model),
+              (square, square, square)]
+    peak = {p: matmul_peak(shapes, dtype, device, max(repeats, 5))
+            for p, dtype in precisions.items()}
+
+    log(f"train steps: ours in {', '.join(precisions)}, naive in fp32 (slow)")
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randint(4, 260, (batch_size, seq_len + 1), generator=g).to(device)
+    x, y = batch[:, :-1], batch[:, 1:]
+    torch.manual_seed(0)
+    ours = GLMFlash(cfg).to(device).train()
+    torch.manual_seed(0)
+    naive = naive_glmflash(cfg).to(device).train()
+    steps = {p: train_step(ours, x, y, autocast_dtype(device, "bf16") if p == "bf16" else None)
+             for p in precisions}
+    steps["naive_fp32"] = train_step(naive, x, y, None)
+    seconds = best_times(steps, {**dict.fromkeys(precisions, repeats),
+                                 "naive_fp32": naive_repeats}, device)
+    del ours, naive, steps
+
+    flops = train_flops(cfg, batch_size, seq_len)
+    train = {}
+    for name, s in seconds.items():
+        train[name] = {"seconds": s, "tokens_per_s": tokens / s, "model_gflops": flops / s / 1e9}
+    for p in precisions:  # the share of the fp32 peak, and of the peak of its own precision
+        train[p]["peak_fraction"] = train[p]["model_gflops"] / peak["fp32"]["gflops"]
+        train[p]["own_peak_fraction"] = train[p]["model_gflops"] / peak[p]["gflops"]
+
+    components = bench_components(cfg, batch_size, seq_len, repeats, device, log)
+    ratios = {"train_step_vs_naive": seconds["naive_fp32"] / seconds["fp32"],
+              "peak_fraction": train["fp32"]["peak_fraction"]}
+    if bf16:
+        ratios["peak_fraction_bf16"] = train["bf16"]["own_peak_fraction"]
+        ratios["train_step_bf16_vs_fp32"] = seconds["fp32"] / seconds["bf16"]
+    naive_names = {"linear_attention": "cumsum", "sparse_attention": "gathered", "moe": "masked"}
+    for name, c in components.items():
+        ratios[f"{name}_vs_{naive_names[name]}"] = c["naive_ms"] / c["ours_ms"]
+        if c["ours_peak_mb"] and c["naive_peak_mb"] is not None:
+            ratios[f"{name}_memory_vs_{naive_names[name]}"] = (c["naive_peak_mb"]
+                                                                / c["ours_peak_mb"])
+    counts = parameter_counts(cfg)
+    return {
+        "bench": "model", "batch_size": batch_size, "seq_len": seq_len, "tokens_per_step": tokens,
+        "repeats": repeats, "naive_repeats": naive_repeats,
+        "parameters": {"total": counts["total"]["all"], "active": counts["active"]["all"]},
+        "model_flops_per_step": flops,
+        "matmul_peak_gflops": peak,
+        "train_step": train,
+        "naive_model": "static mixer, cumsum linear attention, gathered sparse attention, "
+                       "masked MoE",
+        "components": components,
+        "memory_method": MEMORY_METHOD,
+        "ratios": ratios,
+    }
+
+
+def _mb(nbytes: int | None) -> float | None:
+    return None if nbytes is None else nbytes / 2**20
+
+
+__all__ = ["attention_flops", "bench_components", "bench_model", "train_flops"]

@@ -1,0 +1,222 @@
+"""`glmflash pipeline`: from random weights to a results report, in one command.
+
+Stages, each in its own folder under --out and skipped once its `stage.json` exists, so a
+rerun after an interruption continues where it stopped (pretraining and RL also resume inside
+their stage from their last checkpoint):
+
+    pretrain   -> select the checkpoint with the lowest dev loss
+    before     -> confirm split: greedy pass@1 (trained families), sampled pass@8 (trained, all)
+    rl         -> RLOO on the trained families; the checkpoint is selected by dev pass@1
+    after      -> the same confirm evaluation on the RL checkpoint
+    vision     -> the digit-reading path inside the pretrained model, held-out renderings
+    report     -> results.json and report.md with tables, example generations and plots
+
+The confirm split is opened only by the `before` and `after` stages.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from glmflash.config import PretrainConfig
+from glmflash.data.code_tasks import FAMILIES, tasks
+from glmflash.train.rl import RLConfig
+
+TRAINED = ("increment", "double", "even")
+STAGE_FILE = "stage.json"
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """The budget of every stage. `full()` is the 25m plan; `quick()` the tiny smoke run."""
+
+    preset: str
+    pretrain: PretrainConfig
+    rl: RLConfig
+    confirm_per_family: int = 8
+    pass_k: int = 8
+    vision_steps: int = 120
+    vision_eval: int = 1000
+    max_new_tokens: int = 48
+
+    @classmethod
+    def full(cls, seed: int) -> PipelinePlan:
+        return cls("25m", PretrainConfig(preset="25m", steps=60, batch_size=32, seq_len=128,
+                                         lr=2e-3, warmup=10, eval_every=20, ckpt_every=20,
+                                         keep_checkpoints=3, eval_tasks=0, seed=seed),
+                   RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=3e-4,
+                            eval_every=24, dev_per_family=8))
+
+    @classmethod
+    def quick(cls, seed: int) -> PipelinePlan:
+        return cls("tiny", PretrainConfig(preset="tiny", steps=6, batch_size=4, seq_len=64,
+                                          warmup=2, eval_every=3, ckpt_every=3, eval_batches=1,
+                                          keep_checkpoints=2, eval_tasks=0, seed=seed),
+                   RLConfig(groups=2, group_size=4, tasks_per_step=2, seed=seed, eval_every=2,
+                            dev_per_family=1, max_new_tokens=12),
+                   confirm_per_family=1, pass_k=2, vision_steps=3, vision_eval=20,
+                   max_new_tokens=12)
+
+
+class Pipeline:
+    def __init__(self, out: str | Path, plan: PipelinePlan, device: str = "auto",
+                 log=None) -> None:
+        self.out, self.plan, self.device = Path(out), plan, device
+        self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+
+    # -- stage bookkeeping ---------------------------------------------------------------------
+    def stage(self, name: str, fn) -> dict[str, Any]:
+        """Run stage `name` unless it already finished; its result is kept in stage.json."""
+        folder = self.out / name
+        done = folder / STAGE_FILE
+        if done.is_file():
+            self.log(f"pipeline: {name} already done, skipping")
+            return json.loads(done.read_text())
+        self.log(f"pipeline: {name} ...")
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        result = fn(folder)
+        result["wall_seconds"] = time.perf_counter() - t0
+        tmp = done.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        tmp.replace(done)
+        return result
+
+    # -- the stages ------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        from glmflash.train.pretrain import pretrain
+        from glmflash.train.rl import train_rl
+
+        p = self.plan
+        self.out.mkdir(parents=True, exist_ok=True)
+
+        def do_pretrain(folder: Path) -> dict[str, Any]:
+            run_dir = folder / "run"
+            resume = (run_dir / "run.json").is_file()
+            summary = pretrain(p.pretrain, run_dir, self.device, resume=resume)
+            return {"summary": summary, "selected": str(select_by_dev_loss(run_dir))}
+
+        pre = self.stage("pretrain", do_pretrain)
+        base = pre["selected"]
+        before = self.stage("before", lambda f: self.confirm_eval(base, f))
+
+        def do_rl(folder: Path) -> dict[str, Any]:
+            run_dir = folder / "run"
+            resume = (run_dir / "run.json").is_file()
+            summary = train_rl(base, run_dir, p.rl, self.device, resume=resume)
+            return {"summary": summary, "selected": str(run_dir / "best")}
+
+        rl = self.stage("rl", do_rl)
+        after = self.stage("after", lambda f: self.confirm_eval(rl["selected"], f))
+        vision = self.stage("vision", lambda f: self.vision(base, f))
+        results = self.results(pre, before, rl, after, vision)
+        (self.out / "results.json").write_text(json.dumps(results, indent=2))
+        from glmflash.report import write_pipeline_report
+        write_pipeline_report(self.out, results, before, after)
+        return results
+
+    def confirm_eval(self, checkpoint: str, folder: Path) -> dict[str, Any]:
+        """Greedy pass@1 on the trained families and sampled pass@k on all families."""
+        from glmflash.device import resolve_device
+        from glmflash.evaluate.coding import evaluate_tasks
+        from glmflash.train.checkpoint import load_model
+
+        p = self.plan
+        model, _ = load_model(checkpoint, resolve_device(self.device))
+        todo = tasks("confirm", FAMILIES, per_family=p.confirm_per_family, seed=p.pretrain.seed)
+        trained = [t for t in todo if t.family in TRAINED]
+        greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=p.max_new_tokens)
+        sampled = evaluate_tasks(model, todo, "sample", samples=p.pass_k, temperature=0.8,
+                                 seed=p.pretrain.seed, max_new_tokens=p.max_new_tokens)
+        for name, res in (("greedy", greedy), ("sampled", sampled)):
+            (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
+        return {"checkpoint": checkpoint, "greedy_pass1_trained": greedy.counts(),
+                "pass8_trained": sampled.counts(TRAINED), "pass8_all": sampled.counts(),
+                "per_family_pass8": {f: v for f, v in sampled.per_family.items()},
+                "examples": [r for r in greedy.records[:: max(1, p.confirm_per_family)]]}
+
+    def vision(self, base: str, folder: Path) -> dict[str, Any]:
+        from glmflash.train.vision import train_vision
+
+        run_dir = folder / "run"
+        if run_dir.exists():  # an interrupted vision run restarts (it takes minutes)
+            shutil.rmtree(run_dir)
+        res = train_vision(run_dir, init=base, steps=self.plan.vision_steps,
+                           eval_size=self.plan.vision_eval, device=self.device)
+        return {"heldout_correct": res["heldout_correct"], "train_correct": res["train_correct"]}
+
+    def results(self, pre, before, rl, after, vision) -> dict[str, Any]:
+        stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
+        wall = {k: round(v["wall_seconds"], 1) for k, v in stages.items()}
+        wall["total"] = round(sum(wall.values()), 1)
+        families = {f: {"before": before["per_family_pass8"].get(f),
+                        "after": after["per_family_pass8"].get(f)} for f in FAMILIES}
+        usage = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        return {"preset": self.plan.preset, "seed": self.plan.pretrain.seed,
+                "wall_seconds": wall, "peak_memory_bytes": usage * 1024,
+                "pretrain": {"steps": pre["summary"].get("steps"),
+                             "dev_loss": pre["summary"].get("dev_loss"),
+                             "loss": pre["summary"].get("loss"),
+                             "tokens_per_s": pre["summary"].get("tokens_per_s"),
+                             "selected": pre["selected"]},
+                "rl": {"greedy_pass1_trained": {"before": before["greedy_pass1_trained"],
+                                                "after": after["greedy_pass1_trained"]},
+                       "pass8_trained": {"before": before["pass8_trained"],
+                                         "after": after["pass8_trained"]},
+                       "pass8_all": {"before": before["pass8_all"], "after": after["pass8_all"]},
+                       "per_family": families,
+                       "trainable_parameters": rl["summary"].get("trainable_parameters"),
+                       "rollouts_per_s": rl["summary"].get("rollouts_per_s"),
+                       "best_dev": rl["summary"].get("best_dev")},
+                "vision": {"heldout_correct": vision["heldout_correct"],
+                           "train_correct": vision["train_correct"]}}
+
+
+def select_by_dev_loss(run_dir: Path) -> Path:
+    """The kept checkpoint with the lowest dev loss (the latest when none has one)."""
+    from glmflash.train.pretrain import checkpoint_dirs
+
+    best, best_loss = None, float("inf")
+    for folder in checkpoint_dirs(run_dir):
+        meta = json.loads((folder / "config.json").read_text())["meta"]
+        loss = meta.get("dev_loss")
+        if loss is not None and loss <= best_loss:
+            best, best_loss = folder, loss
+    return best or checkpoint_dirs(run_dir)[-1]
+
+
+# -- command line ----------------------------------------------------------------------------
+
+def add_arguments(p) -> None:
+    p.add_argument("--preset", default="25m", choices=("25m", "tiny"))
+    p.add_argument("--out", default="runs/pipeline")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="the same stages on the tiny preset, "
+                   "with minimal budgets (about a minute)")
+
+
+def run(args) -> int:
+    from glmflash.cli import CLIError
+    from glmflash.train.checkpoint import CheckpointError
+    from glmflash.train.pretrain import TrainError
+
+    plan = PipelinePlan.quick(args.seed) if args.quick or args.preset == "tiny" else \
+        PipelinePlan.full(args.seed)
+    try:
+        results = Pipeline(args.out, plan, args.device).run()
+    except (TrainError, CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    print(json.dumps({"out": args.out, "wall_seconds": results["wall_seconds"],
+                      "rl": {k: v for k, v in results["rl"].items() if k != "per_family"},
+                      "vision": results["vision"]}))
+    print(f"report: {Path(args.out) / 'report.md'}", file=sys.stderr)
+    return 0

@@ -1,0 +1,91 @@
+"""The pipeline's Markdown report: results tables, example generations and plots."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from glmflash.evaluate.stats import proportion_interval
+
+REFERENCE = {"greedy_pass1_trained": ("0/24", "16/24"), "pass8_trained": ("9/24", "19/24"),
+             "pass8_all": ("25/64", "34/64")}
+LABELS = {"greedy_pass1_trained": "greedy pass@1, trained families (confirm)",
+          "pass8_trained": "sampled pass@8, trained families (confirm)",
+          "pass8_all": "sampled pass@8, all eight families (confirm)"}
+
+
+def fmt(pair: list[float]) -> str:
+    k, n = pair
+    return f"{k:g}/{n}"
+
+
+def ci(pair: list[float]) -> str:
+    k, n = pair
+    iv = proportion_interval(int(round(k)), int(n))
+    return f"[{iv.low:.0%}, {iv.high:.0%}]"
+
+
+def family_bars(results: dict[str, Any], png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fams = list(results["rl"]["per_family"])
+    rate = {w: [results["rl"]["per_family"][f][w][0] / results["rl"]["per_family"][f][w][1]
+                for f in fams] for w in ("before", "after")}
+    x = np.arange(len(fams))
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar(x - 0.2, rate["before"], 0.4, label="before RL")
+    ax.bar(x + 0.2, rate["after"], 0.4, label="after RL")
+    ax.set_xticks(x, fams, rotation=20)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("sampled pass@8 (confirm)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, Any],
+                          after: dict[str, Any]) -> Path:
+    for src, name in ((out / "pretrain" / "run" / "loss.png", "loss.png"),
+                      (out / "rl" / "run" / "rl.png", "reward.png")):
+        if src.is_file():
+            shutil.copy(src, out / name)
+    family_bars(results, out / "families.png")
+    rl, wall = results["rl"], results["wall_seconds"]
+    lines = [f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
+             "", "| result | before RL | after RL | 95% interval after | reference lab |",
+             "|---|---|---|---|---|"]
+    for key, label in LABELS.items():
+        ref = " -> ".join(REFERENCE[key]) if results["preset"] == "25m" else "-"
+        lines.append(f"| {label} | {fmt(rl[key]['before'])} | {fmt(rl[key]['after'])} | "
+                     f"{ci(rl[key]['after'])} | {ref} |")
+    v = results["vision"]["heldout_correct"]
+    lines += [f"| vision, held-out renderings | | {fmt(v)} | {ci(v)} | 40/100 (inside the 25M "
+              "model) |", "",
+              "Intervals are Clopper-Pearson for k of n tasks. pass@8 counts a task solved when "
+              "any of 8 samples (temperature 0.8) passes every hidden case.", "",
+              "## Per family (sampled pass@8, confirm)", "",
+              "| family | before | after |", "|---|---|---|"]
+    for fam, v in rl["per_family"].items():
+        lines.append(f"| {fam} | {fmt(v['before'])} | {fmt(v['after'])} |")
+    lines += ["", "![per family](families.png)", "", "## Time and memory", "",
+              "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {s:.0f} |" for k, s in wall.items()]
+    lines += ["", f"Peak memory: {results['peak_memory_bytes'] / 2**30:.2f} GiB. "
+              f"RL trained {rl['trainable_parameters']:,} parameters at "
+              f"{rl['rollouts_per_s']:.1f} rollouts/s.", "",
+              "## Curves", "", "![loss](loss.png)", "", "![reward](reward.png)", "",
+              "## Example generations (greedy, confirm split)", ""]
+    after_by_name = {r["name"]: r for r in after["examples"]}
+    for r in before["examples"]:
+        a = after_by_name.get(r["name"])
+        lines += [f"**{r['name']}**: before `{r['status']}`, after "
+                  f"`{a['status'] if a else '?'}`", "", "```python", r["prompt"] + r["completion"]
+                  + "# --- after RL:", a["completion"] if a else "", "```", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

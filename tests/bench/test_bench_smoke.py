@@ -1,0 +1,179 @@
+"""Benchmarks on the tiny preset: the commands run and print their schema; the naive model is
+the same network; the FLOP count and the measuring helpers are right. No timing assertions."""
+
+import argparse
+import io
+import json
+import math
+from contextlib import redirect_stdout
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from glmflash.bench import cli
+from glmflash.bench.baselines.naive_model import naive_glmflash
+from glmflash.bench.model import attention_flops
+from glmflash.bench.peak import best_times, peak_memory
+from glmflash.config import model_config
+from glmflash.info import parameter_counts
+from glmflash.model.lm import GLMFlash
+
+TINY = ["--preset", "tiny", "--repeats", "1", "--batch-size", "2", "--seq-len", "24",
+        "--square-size", "32", "--gen-batch-size", "2", "--prompt-len", "10",
+        "--new-tokens", "4", "--decode-contexts", "16,48", "--programs", "10"]
+
+
+def bench(*argv: str) -> str:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.run(parser.parse_args(argv)) == 0
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    text = bench("all", "--json", *TINY)
+    assert text.count("\n") == 1  # one JSON object on one line
+    return json.loads(text)
+
+
+def finite_positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def test_all_merges_the_sections(result):
+    assert result["bench"] == "all" and result["preset"] == "tiny"
+    assert {"model", "generate", "verify"} <= set(result)
+    for section in ("model", "generate", "verify"):
+        assert result[section]["bench"] == section
+        assert set(result[section]["ratios"]) <= set(result["ratios"])
+    assert result["environment"]["threads"] >= 1
+
+
+def test_model_schema(result):
+    m = result["model"]
+    assert m["tokens_per_step"] == 48
+    for name in ("fp32", "bf16", "naive_fp32"):
+        step = m["train_step"][name]
+        assert finite_positive(step["seconds"]) and finite_positive(step["tokens_per_s"])
+    for p in ("fp32", "bf16"):
+        assert finite_positive(m["matmul_peak_gflops"][p]["gflops"])
+        assert len(m["matmul_peak_gflops"][p]["by_shape"]) == 3
+    assert set(m["components"]) == {"linear_attention", "sparse_attention", "moe"}
+    for c in m["components"].values():
+        assert all(finite_positive(c[k]) for k in ("ours_ms", "naive_ms", "ours_peak_mb",
+                                                   "naive_peak_mb"))
+    # Allocation counts are deterministic: the prefix sum materialises [B, H, T, D, D].
+    linear = m["components"]["linear_attention"]
+    assert linear["naive_peak_mb"] > 2 * linear["ours_peak_mb"]
+    expected = {"train_step_vs_naive", "peak_fraction", "peak_fraction_bf16",
+                "train_step_bf16_vs_fp32", "linear_attention_vs_cumsum",
+                "linear_attention_memory_vs_cumsum", "sparse_attention_vs_gathered",
+                "sparse_attention_memory_vs_gathered", "moe_vs_masked", "moe_memory_vs_masked"}
+    assert set(m["ratios"]) == expected
+    assert all(finite_positive(v) for v in m["ratios"].values())
+
+
+def test_generate_schema(result):
+    g = result["generate"]
+    assert g["tokens_agree"] == 1.0  # cached decoding gives the tokens of full recomputation
+    assert set(g["decode"]) == {"cached", "full_recompute"}
+    assert set(g["step_ms_by_context"]) == {"16", "48"}
+    for times in g["step_ms_by_context"].values():
+        assert set(times) == {"model", "linear_layer", "sparse_layer"}
+        assert all(finite_positive(t) for t in times.values())
+    assert finite_positive(g["ratios"]["cached_vs_full_recompute"])
+
+
+def test_verify_schema(result):
+    v = result["verify"]
+    assert v["n_programs"] == 10
+    assert "sandboxed_vs_inprocess" in v["ratios"]
+
+
+def test_table_output():
+    text = bench("generate", *TINY)
+    assert "== generate" in text and "== ratios" in text and "cached_vs_full_recompute" in text
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+
+
+def test_bad_context_is_a_user_error():
+    from glmflash.cli import CLIError
+
+    with pytest.raises(CLIError, match="context"):
+        bench("generate", *TINY, "--decode-contexts", "16,65")  # tiny context is 64
+
+
+@pytest.mark.parametrize("overrides", [{}, {"linear_kind": "delta", "sparse_kind": "indexer"}])
+def test_naive_model_is_the_same_network(overrides):
+    """Same weights -> same loss and gradients as GLMFlash with the static mixer (float64)."""
+    cfg = model_config("tiny", stream_mixer="static", **overrides)
+    torch.manual_seed(0)
+    naive = naive_glmflash(cfg).double()
+    ours = GLMFlash(cfg).double()
+    with torch.no_grad():
+        for p in naive.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # off the initial values
+    ours.load_state_dict(naive.state_dict())
+    tokens = torch.randint(4, 260, (3, 41))
+    losses = []
+    for model in (ours, naive):
+        out = model(tokens[:, :-1], tokens[:, 1:])
+        (out.loss + out.aux_loss).backward()
+        losses.append(out.loss)
+    torch.testing.assert_close(losses[0], losses[1])
+    for (name, a), b in zip(ours.named_parameters(), naive.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+    if not overrides:  # every module was swapped for its naive form
+        kinds = {type(m).__name__ for m in naive.modules()}
+        assert {"CumsumLinearAttention", "GatheredSparseAttention", "MaskedMoE"} <= kinds
+
+
+def test_naive_model_decodes_like_the_model():
+    """The state after a naive prefill continues exactly like the model's own."""
+    cfg = model_config("tiny", stream_mixer="static")
+    torch.manual_seed(0)
+    naive = naive_glmflash(cfg).double().eval()
+    tokens = torch.randint(4, 260, (2, 30))
+    full = naive(tokens).logits
+    logits, state = naive.step(tokens[:, :20])
+    rest, _ = naive.step(tokens[:, 20:], state)
+    torch.testing.assert_close(torch.cat((logits, rest), 1), full)
+
+
+@pytest.mark.parametrize("T", [16, 40])
+def test_flop_count_matches_the_counted_matmuls(T):
+    """2 * active * tokens + attention_flops is a forward's matmul FLOPs within 0.5%
+    (the difference: norm gains and stream coefficients, which are not matmuls)."""
+    cfg = model_config("tiny")
+    model = GLMFlash(cfg)
+    B = 2
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.randint(4, 260, (B, T)))
+    predicted = 2 * parameter_counts(cfg)["active"]["all"] * B * T + B * attention_flops(cfg, T)
+    assert counter.get_total_flops() == pytest.approx(predicted, rel=5e-3)
+
+
+def test_peak_memory_counts_live_tensors():
+    def fn():
+        a = torch.empty(1000, 1000)  # 4 MB
+        b = torch.empty(500, 1000)  # 2 MB while a is alive: peak 6 MB
+        del a, b
+        c = torch.empty(1200, 1000)  # 4.8 MB alone
+        del c
+
+    keep = torch.ones(10)  # allocated before: not counted
+    assert peak_memory(fn, torch.device("cpu")) == 6_000_000
+    assert keep.sum() == 10
+
+
+def test_best_times_interleaves_and_takes_the_minimum():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times = best_times(fns, {"a": 3, "b": 1}, torch.device("cpu"))
+    assert calls == ["a", "b", "a", "b", "a", "a"]  # warm-up, then rounds
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
