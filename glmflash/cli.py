@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("glmflash.generate", "complete prompts with a checkpoint"),
     "eval": ("glmflash.evaluate.coding", "greedy pass@1 or sampled pass@k on a task split"),
     "rl": ("glmflash.train.rl", "RLOO post-training against the sandboxed verifier"),
+    "vision": ("glmflash.train.vision", "teach the model to read rendered digits"),
+    "experiment": ("glmflash.experiments.cli", "run a built-in experiment over paired seeds"),
+    "report": ("glmflash.experiments.report", "Markdown report with statistics and plots"),
+    "bench": ("glmflash.bench.cli", "benchmarks against naive baselines, as ratios"),
     "pretrain": ("glmflash.train.pretrain", "pretrain from random weights on the synthetic corpus"),
 }
 

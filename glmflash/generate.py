@@ -134,6 +134,9 @@ def generate(model: GLMFlash, prompts: Sequence[str | list[int]], max_new_tokens
     was_training = model.training
     model.eval()
     results: list[Completion | None] = [None] * len(ids)
+    from glmflash.train.progress import Progress
+    progress = Progress(len(ids), enabled=len(ids) >= 256, unit="seq", desc="generate")
+    done = 0
     try:
         for length in sorted(groups):
             budget = min(max_new_tokens, model.cfg.context - length)
@@ -145,8 +148,11 @@ def generate(model: GLMFlash, prompts: Sequence[str | list[int]], max_new_tokens
                                           generator, use_cache)
                 for i, (new, stop) in zip(rows, decoded, strict=True):
                     results[i] = Completion(ids[i][1:], new, tok.decode(new), stop)
+                done += len(rows)
+                progress.update(done)
     finally:
         model.train(was_training)
+        progress.close()
     return results  # type: ignore[return-value]
 
 

@@ -22,7 +22,7 @@ import platform
 import sys
 from typing import Any
 
-from glmflash.config import PRESETS, ConfigError, model_config
+from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
 
 SECTIONS = ("model", "generate", "verify")
 
@@ -74,17 +74,39 @@ def log(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages: figures taken on a busy machine are slower."""
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
+def cpu_info() -> tuple[str, bool | None]:
+    """The CPU's name, and whether it has bf16 instructions (None: unknown, not Linux)."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine(), None
+    flags = set(info.get("flags", "").split())
+    name = info.get("model name", platform.machine())
+    return name, bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
 def environment(device: Any) -> dict[str, Any]:
     import torch
 
-    return {"torch": torch.__version__, "device": str(device),
+    cpu, native_bf16 = cpu_info()
+    return {"torch": torch.__version__, "device": str(device), "cpu": cpu,
+            "cpu_native_bf16": native_bf16,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "machine": platform.machine(), "processor": platform.processor(),
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+            "load_average": load_average()}
 
 
-def run_section(which: str, args: argparse.Namespace, device: Any) -> dict[str, Any]:
-    cfg = model_config(args.preset)
+def run_section(which: str, args: argparse.Namespace, cfg: ModelConfig,
+                device: Any) -> dict[str, Any]:
     if which == "model":
         from glmflash.bench.model import bench_model
         return bench_model(cfg, args.batch_size, args.seq_len, args.repeats, args.naive_repeats,
@@ -101,30 +123,30 @@ def run_section(which: str, args: argparse.Namespace, device: Any) -> dict[str, 
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from glmflash.bench.generate import check_lengths
     from glmflash.cli import CLIError
     from glmflash.device import resolve_device
 
+    sections = SECTIONS if args.which == "all" else (args.which,)
     try:
-        model_config(args.preset)
+        cfg = model_config(args.preset)
         device = resolve_device(args.device)
+        if "generate" in sections:  # before minutes of other measurements
+            check_lengths(cfg, args.prompt_len, args.new_tokens, args.decode_contexts)
     except (ConfigError, ValueError) as e:
         raise CLIError(str(e)) from None
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
     env = environment(device)
-    sections = SECTIONS if args.which == "all" else (args.which,)
-    try:
-        results = {s: run_section(s, args, device) for s in sections}
-    except ValueError as e:
-        raise CLIError(str(e)) from None
+    results = {s: run_section(s, args, cfg, device) for s in sections}
     if args.which == "all":
         ratios = {k: v for r in results.values() for k, v in r["ratios"].items()}
         result = {"bench": "all", **results, "ratios": ratios}
     else:
         result = results[args.which]
     result["preset"] = args.preset
-    result["environment"] = {**env, "load_average_after": environment(device)["load_average"]}
+    result["environment"] = {**env, "load_average_after": load_average()}
 
     if args.json:
         print(json.dumps(result))

@@ -31,6 +31,15 @@ def random_prompts(batch_size: int, length: int, device: torch.device, seed: int
     return torch.cat((torch.full((batch_size, 1), tok.BOS), body), 1).to(device)
 
 
+def check_lengths(cfg: ModelConfig, prompt_len: int, new_tokens: int,
+                  contexts: Sequence[int]) -> None:
+    """Raise ValueError unless every sequence fits the model's context."""
+    if prompt_len < 1 or new_tokens < 1 or prompt_len + new_tokens > cfg.context:
+        raise ValueError(f"prompt length + new tokens must be within the context ({cfg.context})")
+    if not contexts or min(contexts) < 2 or max(contexts) > cfg.context:
+        raise ValueError(f"decode contexts must lie in 2..{cfg.context}")
+
+
 @torch.no_grad()
 def decode_cached(model: GLMFlash, prompt: Tensor, new_tokens: int) -> Tensor:
     """Greedy ids [B, new_tokens]: prefill once, then one cached step per token."""
@@ -66,7 +75,7 @@ def step_times(model: GLMFlash, batch_size: int, contexts: Sequence[int], repeat
     result = {}
     for context in contexts:
         _, state = model.step(random_prompts(batch_size, context - 1, device, seed=context))
-        token = random_prompts(batch_size, 2, device, seed=-context)[:, 1:]
+        token = random_prompts(batch_size, 2, device, seed=10_000 + context)[:, 1:]
         fns = {"model": lambda state=state, token=token: model.step(token, state)}
         for name, i in layers.items():
             attn, s = model.layers[i].attn, state.layers[i]
@@ -81,16 +90,14 @@ def bench_generate(cfg: ModelConfig, batch_size: int = 16, prompt_len: int = 60,
                    log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Every figure of `glmflash bench generate`, as one JSON-ready dict with `ratios`."""
     device = torch.device(device)
-    if prompt_len < 1 or prompt_len + new_tokens > cfg.context:
-        raise ValueError(f"prompt_len + new_tokens must be within the context ({cfg.context})")
-    if not contexts or min(contexts) < 2 or max(contexts) > cfg.context:
-        raise ValueError(f"decode contexts must lie in 2..{cfg.context}")
+    check_lengths(cfg, prompt_len, new_tokens, contexts)
     torch.manual_seed(0)
     model = GLMFlash(cfg).to(device).eval()
     prompt = random_prompts(batch_size, prompt_len, device)
 
     log("decoding: cached vs full recomputation (slow)")
-    decode_cached(model, prompt, 2), decode_full(model, prompt, 2)  # warm up both paths
+    decode_cached(model, prompt, 2)  # warm up both paths
+    decode_full(model, prompt, 2)
     outputs: dict[str, Tensor] = {}
 
     def keeping_output(name: str, decode) -> Callable[[], None]:

@@ -135,8 +135,12 @@ def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bo
     jobs, skipped = [], 0
     for seed in seeds:
         for condition in experiment.conditions:
-            job = Job(condition, seed, experiment.condition_config(condition, quick),
-                      run_path(folder, condition, seed))
+            config = experiment.condition_config(condition, quick)
+            try:  # as it will read back from the run's file (tuples become lists)
+                config = json.loads(json.dumps(config, allow_nan=False))
+            except (TypeError, ValueError) as e:
+                raise RunnerError(f"condition {condition!r} must be JSON data: {e}") from None
+            job = Job(condition, seed, config, run_path(folder, condition, seed))
             saved = read_run(job.path)
             if saved is not None and saved.get("config") != job.config:
                 raise RunnerError(f"{job.path} was run with other settings "

@@ -1,6 +1,7 @@
 """The vision path: a 32x32 RGB image becomes 16 tokens in the language model's input.
 
-    patches  [B, 8, 8, 48]    4x4-pixel patches of the image (channel, row, column inside)
+    patches  [B, 8, 8, 48]    4x4-pixel patches of the standardized image (each channel
+                              centred, one scale per image), (channel, row, column) inside
     tower    -> [B, 16, C]    patch embedding + row/column positions, 2 non-causal transformer
                               blocks, 2x2 merge (concatenate each 2x2 group, then linear),
                               MLP projector into the LM's width C
@@ -106,7 +107,7 @@ class VisionTower(nn.Module):
                                        nn.Linear(cfg.d_model, cfg.d_model))
 
     def forward(self, images: Tensor) -> Tensor:
-        x = self.patch_embed(patchify(images)) + self.row[:, None] + self.col[None, :]
+        x = self.patch_embed(patchify(standardize(images))) + self.row[:, None] + self.col[None, :]
         B = x.shape[0]
         x = x.reshape(B, GRID * GRID, self.width)
         for block in self.blocks:
@@ -123,7 +124,7 @@ class DirectPatchBaseline(nn.Module):
         self.proj = nn.Linear(MERGE * MERGE * PATCH_DIM, cfg.d_model)
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.proj(merge_2x2(patchify(images)))
+        return self.proj(merge_2x2(patchify(standardize(images))))
 
 
 def make_tower(kind: str, cfg: ModelConfig) -> nn.Module:

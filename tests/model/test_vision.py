@@ -14,6 +14,7 @@ from glmflash.model.vision import (
     make_tower,
     merge_2x2,
     patchify,
+    standardize,
 )
 from glmflash.tokenizer import BOS, IMAGE, IMAGE_END, IMAGE_START, encode
 
@@ -62,6 +63,20 @@ def test_sequence_token_order():
     assert N_IMAGE_TOKENS == 16
 
 
+def test_standardize():
+    images = torch.rand(4, 3, 32, 32, dtype=torch.float64)
+    x = standardize(images)
+    torch.testing.assert_close(x.mean((-2, -1)), torch.zeros(4, 3, dtype=torch.float64))
+    torch.testing.assert_close(x.pow(2).mean((1, 2, 3)), torch.ones(4, dtype=torch.float64),
+                               atol=1e-4, rtol=0)
+    # colours and intensity drop out: bg + a * ink * (fg - bg) -> the same for any a > 0
+    ink = torch.rand(1, 1, 32, 32, dtype=torch.float64)
+    fg = torch.tensor([0.9, 0.2, 0.5], dtype=torch.float64)[:, None, None]
+    bg = torch.tensor([0.1, 0.3, 0.4], dtype=torch.float64)[:, None, None]
+    torch.testing.assert_close(standardize(bg + 0.5 * ink * (fg - bg)),
+                               standardize(0.2 + 0.9 * ink * (fg - bg)), atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["blocks", "direct"])
 def test_embed_places_tower_tokens_between_image_markers(kind):
     model = vlm(kind)
@@ -107,15 +122,16 @@ def test_gradients_reach_every_vision_parameter(kind):
 
 
 def test_tower_attention_is_not_causal():
-    """Changing the bottom-right corner changes the first (top-left) token of the tower."""
+    """Rearranging the bottom-right corner's pixels (image statistics unchanged) changes the
+    first (top-left) token of the tower, and not that of the local direct-patch baseline."""
     torch.manual_seed(0)
     tower = VisionTower(CFG).double()
     images = torch.rand(1, 3, 32, 32, dtype=torch.float64)
     changed = images.clone()
-    changed[..., 28:, 28:] = 1 - changed[..., 28:, 28:]
+    changed[..., 28:, 28:] = changed[..., 28:, 28:].flip(-1)
     a, b = tower(images), tower(changed)
     assert (a[:, 0] - b[:, 0]).abs().max() > 1e-6
-    direct = DirectPatchBaseline(CFG).double()  # the baseline is local: token 0 is unchanged
+    direct = DirectPatchBaseline(CFG).double()
     torch.testing.assert_close(direct(images)[:, 0], direct(changed)[:, 0])
 
 

@@ -1,0 +1,27 @@
+"""`glmflash pipeline --quick`: every stage runs on the tiny preset, and a rerun resumes."""
+
+import json
+
+from glmflash.cli import main
+
+
+def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["pipeline", "--quick", "--out", str(out), "--device", "cpu"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["preset"] == "tiny"
+    for key in ("pretrain", "before", "rl", "after", "vision", "total"):
+        assert results["wall_seconds"][key] >= 0
+    rl = results["rl"]
+    for key in ("greedy_pass1_trained", "pass8_trained", "pass8_all"):
+        assert set(rl[key]) == {"before", "after"} and rl[key]["before"][1] > 0
+    assert rl["pass8_all"]["before"][1] == 8  # one confirm task per family
+    assert results["vision"]["heldout_correct"][1] == 20
+    assert results["peak_memory_bytes"] > 0
+    report = (out / "report.md").read_text()
+    assert "greedy pass@1" in report and "## Example generations" in report
+    assert (out / "families.png").stat().st_size > 0
+    capsys.readouterr()
+    # a second run finds every stage done and only rewrites the report
+    assert main(["pipeline", "--quick", "--out", str(out), "--device", "cpu"]) == 0
+    assert capsys.readouterr().err.count("already done") == 5
