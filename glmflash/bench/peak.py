@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
-from torch.profiler import DeviceType
 
 MEMORY_METHOD = ("peak bytes of live tensors above the starting point: the profiler's "
                  "allocator events on CPU (torch.profiler, profile_memory=True), "
@@ -82,9 +81,11 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> int | None:
         return torch.cuda.max_memory_allocated(device) - start
     if device.type != "cpu":
         return None
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # silence the profiler's start/stop lines
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+    # Read when torch.profiler is first imported: silences its start/stop lines.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                     if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)

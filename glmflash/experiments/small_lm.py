@@ -221,6 +221,8 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
     metrics = {"heldout_byte_acc": curves["heldout_byte_acc"][-1][1],
                "heldout_exact": exact_match(model, heldout),
                "seen_byte_acc": byte_accuracy(model, seen_pairs),
+               "seen_exact": exact_match(model, comp.examples(
+                   comp.TRAIN_STRUCTURES[: run.n_repeated], run.eval_per_structure, seed)),
                "train_loss": curves["train_loss"][-1][1]}
     eval_seconds += time.perf_counter() - e0
     if not math.isfinite(metrics["train_loss"]):

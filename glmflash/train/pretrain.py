@@ -285,6 +285,9 @@ def prepare_run(cfg: PretrainConfig, out: Path, resume: bool,
     if run_file.exists() or checkpoint_dirs(out):
         raise TrainError(f"{out} already holds a run; use --resume to continue it or choose "
                          f"another --out")
+    if dist.world_size > 1:  # every rank has checked before rank 0 writes
+        import torch.distributed
+        torch.distributed.barrier()
     if dist.is_main:
         try:
             out.mkdir(parents=True, exist_ok=True)
