@@ -5,8 +5,9 @@ Measured in one run, so that every figure sees the same machine:
     large square), the yardstick for the model FLOP/s;
   * the whole train step (forward, backward, gradient clipping, AdamW) in fp32 and under bf16
     autocast, and the same step of `naive_glmflash` (fp32), taking turns;
-  * each attention and MoE module against its naive form (forward + backward, same weights,
-    same input), with the peak tensor memory of each.
+  * the core of each attention and of the MoE against its naive form: the kernels on q, k, v,
+    the routed experts on routed tokens (forward + backward of that function alone, same
+    inputs and weights), with the peak tensor memory of each.
 
 Model FLOPs per step = 6 * active parameters * tokens + 3 * attention FLOPs (forward, and twice
 that for backward), with the attention FLOPs of `attention_flops`.
@@ -14,33 +15,27 @@ that for backward), with the attention FLOPs of `attention_flops`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from glmflash.bench.baselines.attention import cumsum_linear_attention, gathered_sparse_attention
 from glmflash.bench.baselines.naive_model import naive_form, naive_glmflash
 from glmflash.bench.peak import MEMORY_METHOD, best_times, matmul_peak, peak_memory
 from glmflash.config import ModelConfig, PretrainConfig
 from glmflash.device import autocast_dtype
 from glmflash.info import parameter_counts
-from glmflash.model.attention_linear import LinearAttention
-from glmflash.model.attention_sparse import SparseAttention
+from glmflash.model.attention_linear import elu_linear_attention_chunked
+from glmflash.model.attention_sparse import fixed_sparse_mask
 from glmflash.model.lm import GLMFlash
 from glmflash.model.moe import MoE
 from glmflash.train.pretrain import autocast, make_optimizer
 
 Log = Callable[[str], None]
-
-# component: (our module, what its naive form does)
-COMPONENTS: dict[str, tuple[type[nn.Module], str]] = {
-    "linear_attention": (LinearAttention, "chunkwise vs cumsum of outer products"),
-    "sparse_attention": (SparseAttention, "masked SDPA vs gathered keys"),
-    "moe": (MoE, "sorted dispatch vs a boolean mask per expert"),
-}
-
 
 def attention_flops(cfg: ModelConfig, T: int) -> int:
     """Forward FLOPs of one sequence of T tokens spent in attention outside parameter matmuls,
@@ -70,48 +65,92 @@ def train_flops(cfg: ModelConfig, batch_size: int, seq_len: int) -> int:
 def train_step(model: GLMFlash, x: Tensor, y: Tensor,
                amp: torch.dtype | None) -> Callable[[], None]:
     """One pretraining update as `glmflash pretrain` does it, on a fixed batch."""
-    optimizer = make_optimizer(model, PretrainConfig())
+    settings = PretrainConfig()
+    optimizer = make_optimizer(model, settings)
 
     def step() -> None:
         with autocast(x.device, amp):
             out = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         (out.loss + out.aux_loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
 
     return step
 
 
-def forward_backward(module: nn.Module, x: Tensor, grad: Tensor) -> Callable[[], None]:
-    """Forward and backward of one sublayer (first output) with fresh gradients each call."""
+@dataclass
+class Contest:
+    """Our core function and its naive form, called on the same inputs."""
+
+    compares: str
+    ours: Callable[..., Tensor]
+    naive: Callable[..., Tensor]
+    inputs: tuple[Tensor, ...]
+    ours_params: nn.Module | None = None  # whose gradients each call starts afresh
+    naive_params: nn.Module | None = None
+
+
+def contests(cfg: ModelConfig, batch_size: int, seq_len: int,
+             device: torch.device) -> dict[str, Contest]:
+    """The attention kernels on q, k, v [B, H, T, D]; the routed experts of one MoE on
+    x [B*T, d_model] with its own routing (the router and shared expert are common to both)."""
+    g = torch.Generator().manual_seed(0)
+
+    def leaf(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=g).to(device).requires_grad_()
+
+    B, T, H, D = batch_size, seq_len, cfg.n_heads, cfg.head_dim
+    window, stride = cfg.sparse_window, cfg.sparse_stride
+    qkv = (leaf(B, H, T, D), leaf(B, H, T, D), leaf(B, H, T, D))
+    mask = fixed_sparse_mask(T, T, 0, window, stride, device)
+    torch.manual_seed(0)
+    moe = MoE(cfg).to(device)
+    masked = naive_form(moe, cfg)
+    x = leaf(B * T, cfg.d_model)
+    with torch.no_grad():
+        index, gates, _ = moe.route(x)
+    return {
+        "linear_attention": Contest(
+            "chunkwise vs cumsum of outer products",
+            lambda q, k, v: elu_linear_attention_chunked(q, k, v, None, cfg.linear_chunk)[0],
+            cumsum_linear_attention, qkv),
+        "sparse_attention": Contest(
+            "masked SDPA vs gathered keys",
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+            lambda q, k, v: gathered_sparse_attention(q, k, v, window, stride), qkv),
+        "moe": Contest("sorted dispatch vs a boolean mask per expert", moe.experts,
+                       masked.experts, (x, index, gates.requires_grad_()), moe, masked),
+    }
+
+
+def forward_backward(fn: Callable[..., Tensor], inputs: tuple[Tensor, ...],
+                     params: nn.Module | None) -> Callable[[], None]:
+    """fn(*inputs) and its backward from a fixed random output gradient, fresh gradients."""
+    with torch.no_grad():
+        grad = torch.randn_like(fn(*inputs))
 
     def run() -> None:
-        module.zero_grad(set_to_none=True)
-        x.grad = None
-        module(x)[0].backward(grad)
+        for t in inputs:
+            t.grad = None
+        if params is not None:
+            params.zero_grad(set_to_none=True)
+        fn(*inputs).backward(grad)
 
     return run
 
 
 def bench_components(cfg: ModelConfig, batch_size: int, seq_len: int, repeats: int,
                      device: torch.device, log: Log) -> dict[str, dict[str, Any]]:
-    """Each module against its naive form on x [batch_size, seq_len, d_model]: forward +
-    backward time and peak memory. Uses the ELU linear and fixed sparse kinds."""
-    cfg = dataclasses.replace(cfg, linear_kind="elu", sparse_kind="fixed")
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(batch_size, seq_len, cfg.d_model, generator=g).to(device).requires_grad_()
-    grad = torch.randn(x.shape, generator=g).to(device)
+    """Forward + backward time and peak memory of each contest, ours against naive."""
     results = {}
-    for name, (cls, what) in COMPONENTS.items():
-        log(f"component {name} ({what})")
-        torch.manual_seed(0)
-        ours = cls(cfg).to(device)
-        fns = {"ours": forward_backward(ours, x, grad),
-               "naive": forward_backward(naive_form(ours, cfg), x, grad)}
+    for name, c in contests(cfg, batch_size, seq_len, device).items():
+        log(f"component {name} ({c.compares})")
+        fns = {"ours": forward_backward(c.ours, c.inputs, c.ours_params),
+               "naive": forward_backward(c.naive, c.inputs, c.naive_params)}
         seconds = best_times(fns, repeats, device)
         memory = {k: peak_memory(fn, device) for k, fn in fns.items()}
-        results[name] = {"compares": what,
+        results[name] = {"compares": c.compares,
                          "ours_ms": 1e3 * seconds["ours"], "naive_ms": 1e3 * seconds["naive"],
                          "ours_peak_mb": _mb(memory["ours"]),
                          "naive_peak_mb": _mb(memory["naive"])}

