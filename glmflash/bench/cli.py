@@ -2,15 +2,16 @@
 baselines, both measured in the same run.
 
   model     train step of a preset (fp32, bf16 autocast) vs the naive model; model FLOP/s as
-            a share of the matmul peak measured alongside; attention and MoE modules vs
-            their naive forms, with peak memory
+            a share of the matmul peak measured alongside; attention kernels and MoE
+            dispatch vs their naive forms, with peak memory
   generate  cached decoding vs full recomputation; cached step time by context length
   verify    the sandboxed verifier pool vs in-process exec and a process per program
   all       the three, in that order
 
 With --json: one JSON object, the raw figures beside `ratios`, which maps each comparison to
 our speed / the baseline's (for memory: the baseline's peak / ours), so higher is better;
-`peak_fraction` is the share of the measured fp32 matmul peak. Progress goes to stderr.
+`peak_fraction` is the share of the measured matmul peak (the faster of fp32 and bf16) that
+the train step's model FLOP/s reach. Progress goes to stderr.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from glmflash.bench import cli
 from glmflash.bench.baselines.naive_model import naive_glmflash
-from glmflash.bench.model import attention_flops
+from glmflash.bench.model import attention_flops, contests
 from glmflash.bench.peak import best_times, peak_memory
 from glmflash.config import model_config
 from glmflash.info import parameter_counts
@@ -151,6 +151,15 @@ def test_naive_model_decodes_like_the_model():
     logits, state = naive.step(tokens[:, :20])
     rest, _ = naive.step(tokens[:, 20:], state)
     torch.testing.assert_close(torch.cat((logits, rest), 1), full)
+
+
+def test_contests_compare_equal_functions():
+    """Each timed pair computes the same thing on the same inputs (float32, tiny shapes)."""
+    found = contests(model_config("tiny"), 2, 40, torch.device("cpu"))
+    assert set(found) == {"linear_attention", "sparse_attention", "moe"}
+    for name, c in found.items():
+        torch.testing.assert_close(c.ours(*c.inputs), c.naive(*c.inputs), msg=name,
+                                   atol=1e-5, rtol=1e-4)
 
 
 def counted_flops(fn) -> int:

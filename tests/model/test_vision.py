@@ -70,11 +70,13 @@ def test_standardize():
     torch.testing.assert_close(x.pow(2).mean((1, 2, 3)), torch.ones(4, dtype=torch.float64),
                                atol=1e-4, rtol=0)
     # colours and intensity drop out: bg + a * ink * (fg - bg) -> the same for any a > 0
+    # (exactly without the eps that guards blank images)
     ink = torch.rand(1, 1, 32, 32, dtype=torch.float64)
     fg = torch.tensor([0.9, 0.2, 0.5], dtype=torch.float64)[:, None, None]
     bg = torch.tensor([0.1, 0.3, 0.4], dtype=torch.float64)[:, None, None]
-    torch.testing.assert_close(standardize(bg + 0.5 * ink * (fg - bg)),
-                               standardize(0.2 + 0.9 * ink * (fg - bg)), atol=1e-4, rtol=0)
+    torch.testing.assert_close(standardize(bg + 0.5 * ink * (fg - bg), eps=0.0),
+                               standardize(0.2 + 0.9 * ink * (fg - bg), eps=0.0),
+                               atol=1e-10, rtol=0)
 
 
 @pytest.mark.parametrize("kind", ["blocks", "direct"])

@@ -87,7 +87,7 @@ def test_a_tiny_model_overfits_a_handful_of_images():
     cfg = model_config("tiny", n_layers=2)
     model = VisionLanguageModel(GLMFlash(cfg), make_tower("blocks", cfg))
     images, labels = batch("train", 0, 10, seed=5)
-    params = scope_parameters(model, "vision")
+    params = scope_parameters(model, "all")
     optimizer = make_optimizer(params, 3e-3, 0.0)
     before = (model.predict(images) == labels).float().mean()
     for _ in range(40):
