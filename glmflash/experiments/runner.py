@@ -99,6 +99,7 @@ def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any
     t0, c0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"experiment": experiment, "condition": job.condition,
                               "seed": job.seed, "config": job.config}
+    _one_thread()  # the run's module (imported to unpickle `run`) may have loaded torch
     try:
         metrics = run(dict(job.config), job.seed)
         _check_metrics(metrics, metric)
@@ -113,14 +114,18 @@ def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any
 
 
 def _one_thread() -> None:
-    """Worker initializer: one intra-op and one inter-op thread, so N workers use N cores."""
-    import torch
+    """torch, if loaded, on one thread: N workers then use N cores, and no result depends
+    on N (the order of floating-point reductions follows the thread count)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already fixed once parallel work has run in this process
-        pass
+
+def _worker_init() -> None:
+    """Worker initializer: one thread for the native libraries that are imported later too."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    _one_thread()
 
 
 def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bool,
@@ -213,18 +218,18 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
 
     try:
         if workers == 1:
-            import torch
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
+            torch = sys.modules.get("torch")
+            threads = torch.get_num_threads() if torch is not None else None
             try:
                 for job in jobs:
                     done(execute(experiment.run, experiment.name, experiment.metric, job))
             finally:
-                torch.set_num_threads(threads)
+                if threads is not None:
+                    torch.set_num_threads(threads)
         elif jobs:
             context = multiprocessing.get_context("spawn")
             with cf.ProcessPoolExecutor(workers, mp_context=context,
-                                        initializer=_one_thread) as pool:
+                                        initializer=_worker_init) as pool:
                 futures = {pool.submit(execute, experiment.run, experiment.name,
                                        experiment.metric, job): job for job in jobs}
                 try:

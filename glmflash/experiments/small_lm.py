@@ -77,7 +77,8 @@ class SmallRun:
     grad_clip: float = 1.0
     n_repeated: int = 8  # the structures of the repeated phase: TRAIN_STRUCTURES[:n_repeated]
     eval_every: int = 50
-    eval_per_structure: int = 4
+    eval_per_structure: int = 4  # teacher-forced examples per structure
+    exact_per_structure: int = 1  # greedy examples per structure (decoding costs most)
     scale: float = 1.0
     precision: str = "fp32"
     model: dict[str, Any] = field(default_factory=lambda: dict(SMALL_MODEL))
@@ -193,7 +194,7 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
     """
     run = SmallRun.from_dict(config)
     t0 = time.perf_counter()
-    heldout = comp.examples(comp.HELDOUT_STRUCTURES, run.eval_per_structure, seed)
+    heldout = comp.examples(comp.HELDOUT_STRUCTURES, run.exact_per_structure, seed)
     heldout_pairs = comp.teacher_forced_pairs(comp.HELDOUT_STRUCTURES, run.eval_per_structure,
                                               seed)
     seen_pairs = comp.teacher_forced_pairs(comp.TRAIN_STRUCTURES[: run.n_repeated],

@@ -20,7 +20,11 @@ def toy_run(config: dict, seed: int) -> dict:
     if config.get("fail_seed") == seed:
         raise RuntimeError("deliberate failure")
     value = config["shift"] + 0.01 * seed
-    return {"score": value, "curves": {"score": [[0, 0.0], [1, value]]}}
+    metrics = {"score": value, "curves": {"score": [[0, 0.0], [1, value]]}}
+    if config.get("threads"):
+        import torch
+        metrics["threads"] = torch.get_num_threads()
+    return metrics
 
 
 def toy(tmp_path: Path, fail_seed: int | None = None, **extra) -> Experiment:
@@ -39,7 +43,9 @@ def calls(tmp_path: Path) -> list[str]:
 
 def test_two_workers_run_the_grid_and_save_json(tmp_path):
     out = tmp_path / "out"
-    summary = run_experiment(toy(tmp_path), out, workers=2, log=lambda _: None)
+    exp = toy(tmp_path)
+    exp.conditions["low"]["threads"] = True
+    summary = run_experiment(exp, out, workers=2, log=lambda _: None)
     assert (summary.executed, summary.failed, summary.skipped) == (4, 0, 0)
     assert sorted(calls(tmp_path)) == ["0.0 0", "0.0 1", "1.0 0", "1.0 1"]
     for condition, shift in (("low", 0.0), ("high", 1.0)):
@@ -50,6 +56,8 @@ def test_two_workers_run_the_grid_and_save_json(tmp_path):
             assert record["metrics"]["score"] == pytest.approx(shift + 0.01 * seed)
             assert record["metrics"]["curves"]["score"][-1][0] == 1
             assert record["seconds"] >= 0
+            if condition == "low":  # each worker runs torch on one thread
+                assert record["metrics"]["threads"] == 1
     assert not list((out / "toy" / "runs").glob(".*"))  # no temporary files left behind
     definition = json.loads((out / "toy" / "experiment.json").read_text())
     assert definition["seeds"] == [0, 1] and definition["comparisons"] == [["low", "high"]]
