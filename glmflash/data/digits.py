@@ -9,16 +9,24 @@ A rendering places the glyph on the pixel grid and paints it with anti-aliased t
     image   = clamp(bg + intensity * ink * (fg - bg) + noise, 0, 1),  noise ~ N(0, sigma^2)
 
 Two splits with disjoint ranges for shift, colour, intensity and noise (shared ranges for the
-stroke width, scale and slant, which describe the glyph rather than the rendering):
+stroke width, scale and slant, which describe the glyph rather than the rendering), and a third,
+`far`, that asks for extrapolation in position:
 
-    parameter        train                           heldout
-    shift (px)       dx, dy each in [-3, 3]          one axis |.| in [4, 5], the other in [-5, 5]
-    hues (degrees)   [0, 30) [60, 90) ... (6 bands)   [30, 60) [90, 120) ... (the other 6 bands)
-    intensity        [0.75, 1.0]                     [0.45, 0.65]
-    noise sigma      [0.0, 0.05]                     [0.07, 0.10]
-    width (px)       [1.6, 2.6]                      same
-    scale            [0.85, 1.15]                    same
-    slant            [-0.2, 0.2]                     same
+    parameter        train                 heldout                far
+    shift (px)       |dx|, |dy| <= 4,      1 <= |dx|, |dy| <= 4,   4 <= |dx|, |dy| <= 5
+                     same signs            opposite signs          any signs
+    hues (degrees)   [0, 30) [60, 90) ...  [30, 60) [90, 120) ...  as heldout
+                     (6 bands of 30)       (the other 6 bands)
+    intensity        [0.75, 1.0]           [0.45, 0.65]            as heldout
+    noise sigma      [0.0, 0.05]           [0.07, 0.10]            as heldout
+    width (px)       [1.6, 2.6]            same                    same
+    scale            [0.85, 1.15]          same                    same
+    slant            [-0.2, 0.2]           same                    same
+
+Train digits sit up-left or down-right of the centre, held-out digits up-right or down-left: every
+row and every column of the frame is inked in training, but never in the held-out combinations
+(at least 1 px away from any training placement), with unseen colours, fainter ink and more noise.
+`far` moves the glyph 4-5 px along both axes, beyond every training shift.
 
 Colours: the ink and the background each get a hue from the split's bands; one of them is
 bright (value 0.75-1) and the other dark (value 0-0.3), light-on-dark or dark-on-light with equal
@@ -43,7 +51,7 @@ from glmflash.data import derive_seed
 
 SIZE = 32
 UNIT = 2.5  # pixels per glyph-grid unit at scale 1: a glyph is 10 x 15 px
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout", "far")
 
 
 # -- the stroke font -----------------------------------------------------------------------
@@ -144,8 +152,8 @@ def render(digit: int, params: RenderParams) -> Tensor:
 class Ranges:
     """The parameter ranges of one split (see the table in the module docstring)."""
 
-    shift: tuple[float, float]  # |shift| of one axis (chosen at random), with a random sign
-    other_shift: float  # the other axis is uniform in [-other_shift, other_shift]
+    shift: tuple[float, float]  # |dx| and |dy|, each uniform in this range
+    signs: str  # "same": sign(dx) = sign(dy); "opposite": they differ; "any"
     hue_bands: tuple[int, ...]  # 30-degree hue bands (0..11) the colours come from
     intensity: tuple[float, float]
     noise: tuple[float, float]
@@ -154,11 +162,14 @@ class Ranges:
     slant: tuple[float, float] = (-0.2, 0.2)
 
 
+TRAIN_BANDS, HELDOUT_BANDS = (0, 2, 4, 6, 8, 10), (1, 3, 5, 7, 9, 11)
 RANGES: dict[str, Ranges] = {
-    "train": Ranges(shift=(0.0, 3.0), other_shift=3.0, hue_bands=(0, 2, 4, 6, 8, 10),
+    "train": Ranges(shift=(0.0, 4.0), signs="same", hue_bands=TRAIN_BANDS,
                     intensity=(0.75, 1.0), noise=(0.0, 0.05)),
-    "heldout": Ranges(shift=(4.0, 5.0), other_shift=5.0, hue_bands=(1, 3, 5, 7, 9, 11),
+    "heldout": Ranges(shift=(1.0, 4.0), signs="opposite", hue_bands=HELDOUT_BANDS,
                       intensity=(0.45, 0.65), noise=(0.07, 0.10)),
+    "far": Ranges(shift=(4.0, 5.0), signs="any", hue_bands=HELDOUT_BANDS,
+                  intensity=(0.45, 0.65), noise=(0.07, 0.10)),
 }
 
 
@@ -174,9 +185,9 @@ def sample_params(r: Ranges, rng: np.random.Generator) -> RenderParams:
     def u(lo_hi: tuple[float, float]) -> float:
         return float(rng.uniform(*lo_hi))
 
-    big = u(r.shift) * rng.choice((-1.0, 1.0))
-    other = float(rng.uniform(-r.other_shift, r.other_shift))
-    dx, dy = (big, other) if rng.random() < 0.5 else (other, big)
+    sx = rng.choice((-1.0, 1.0))
+    sy = {"same": sx, "opposite": -sx, "any": rng.choice((-1.0, 1.0))}[r.signs]
+    dx, dy = sx * u(r.shift), sy * u(r.shift)
 
     def colour(value: tuple[float, float]) -> tuple[float, float, float]:
         hue = (rng.choice(r.hue_bands) + rng.random()) / 12.0

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from glmflash.config import ModelConfig
 from glmflash.model.lm import GLMFlash, ModelOutput
 from glmflash.model.norm import RMSNorm
+from glmflash.model.rope import RotaryEmbedding
 from glmflash.tokenizer import BOS, IMAGE, IMAGE_END, IMAGE_START, encode
 
 IMAGE_SIZE, PATCH = 32, 4
@@ -42,13 +43,19 @@ def patchify(images: Tensor) -> Tensor:
 
 
 def standardize(images: Tensor, eps: float = 1e-3) -> Tensor:
-    """Per image: subtract each channel's mean, divide by the overall standard deviation.
+    """Per image and channel: centre, turn the ink positive, one scale for all channels.
 
-    x_c = bg_c + a ink (fg_c - bg_c) + noise  becomes  +-(ink - mean ink) in every channel, up
-    to a per-channel factor, whatever the colours and the ink intensity a (the sign depends on
-    the polarity). One scale for all channels keeps each channel's signal-to-noise ratio."""
-    centred = images - images.mean((-2, -1), keepdim=True)
-    return centred / (centred.pow(2).mean((-3, -2, -1), keepdim=True) + eps ** 2).sqrt()
+    x_c = bg_c + a ink (fg_c - bg_c) + noise. The ink covers a minority of the pixels, so the
+    median is the background and the mean lies on the ink's side of it: multiplying the centred
+    channel by sign(mean_c - median_c) makes the ink positive, light-on-dark or dark-on-light.
+    Dividing by one standard deviation over all channels keeps each channel's signal-to-noise
+    ratio; the colours and the ink intensity a drop out."""
+    flat = images.flatten(-2)
+    mean = flat.mean(-1, keepdim=True)
+    sign = torch.where(mean >= flat.median(-1, keepdim=True).values, 1.0, -1.0)
+    centred = (flat - mean) * sign
+    scale = (centred.pow(2).mean((-2, -1), keepdim=True) + eps ** 2).sqrt()
+    return (centred / scale).view_as(images)
 
 
 def merge_2x2(x: Tensor) -> Tensor:
@@ -63,13 +70,33 @@ def image_prompt_tokens(prompt: str = PROMPT) -> list[int]:
     return [BOS, IMAGE_START] + [IMAGE] * N_IMAGE_TOKENS + [IMAGE_END] + encode(prompt)
 
 
+class GridRotary(nn.Module):
+    """2-D RoPE on the G x G patch grid: the first half of each head's channels is rotated by
+    the patch's row, the second half by its column, so q . k depends on (row, column)
+    differences only: attention that sees the glyph's shape the same wherever it is drawn."""
+
+    def __init__(self, head_dim: int, grid: int = GRID, theta: float = 100.0) -> None:
+        super().__init__()
+        self.grid = grid
+        self.rope = RotaryEmbedding(head_dim // 2, grid, theta)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x [B, H, G*G, D] (patches row-major) -> rotated, same shape."""
+        B, H, N, D = x.shape
+        rows, cols = x.view(B, H, self.grid, self.grid, D).chunk(2, -1)
+        rows = self.rope(rows.transpose(2, 3)).transpose(2, 3)  # the row index moved to dim -2
+        return torch.cat((rows, self.rope(cols)), -1).view(B, H, N, D)
+
+
 class VisionBlock(nn.Module):
-    """Pre-norm transformer block over the 64 patches; attention is bidirectional:
-    x = x + W_o softmax(q k^T / sqrt(d)) v,   x = x + W_2 gelu(W_1 norm(x))."""
+    """Pre-norm transformer block over the 64 patches; attention is bidirectional, with 2-D
+    RoPE on queries and keys:
+    x = x + W_o softmax(R q (R k)^T / sqrt(d)) v,   x = x + W_2 gelu(W_1 norm(x))."""
 
     def __init__(self, width: int, heads: int, mlp_ratio: int = 4) -> None:
         super().__init__()
         self.heads = heads
+        self.rotary = GridRotary(width // heads)
         self.attn_norm = RMSNorm(width)
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
@@ -81,6 +108,7 @@ class VisionBlock(nn.Module):
         B, N, C = x.shape
         q, k, v = self.qkv(self.attn_norm(x)).view(B, N, 3, self.heads, C // self.heads) \
             .permute(2, 0, 3, 1, 4)
+        q, k = self.rotary(q), self.rotary(k)
         a = F.scaled_dot_product_attention(q, k, v)  # no mask: every patch sees every patch
         x = x + self.proj(a.transpose(1, 2).reshape(B, N, C))
         return x + self.mlp(self.mlp_norm(x))

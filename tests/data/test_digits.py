@@ -98,7 +98,7 @@ def test_glyphs_are_distinct_and_inside_the_image():
         for j in range(i):
             assert np.abs(covers[i] - covers[j]).sum() > 20, (i, j)
     extreme = RenderParams(scale=1.15, slant=0.2, dx=5, dy=5, width=2.6)
-    for d in range(10):  # the largest held-out placement still fits in the frame
+    for d in range(10):  # the farthest placement still fits in the frame
         c = ink(d, extreme)
         assert c[0].sum() == c[-1].sum() == c[:, 0].sum() == c[:, -1].sum() == 0
 
@@ -117,22 +117,29 @@ def test_heldout_parameter_ranges_are_disjoint_from_train():
     r_train, r_held = RANGES["train"], RANGES["heldout"]
     assert r_held.intensity[1] < r_train.intensity[0]
     assert r_train.noise[1] < r_held.noise[0]
-    assert max(r_train.shift[1], r_train.other_shift) < r_held.shift[0]
     assert not set(r_train.hue_bands) & set(r_held.hue_bands)
     seen = {}
-    for split in ("train", "heldout"):
+    for split in digits.SPLITS:
         ps = drawn_params(split)
         seen[split] = {
-            "shift": [max(abs(p.dx), abs(p.dy)) for p in ps],
+            "dx": np.array([p.dx for p in ps]), "dy": np.array([p.dy for p in ps]),
             "intensity": [p.intensity for p in ps], "noise": [p.noise for p in ps],
             "bands": {hue_band(c) for p in ps for c in (p.fg, p.bg)},
         }
-    assert max(seen["train"]["shift"]) <= 3 < 4 <= min(seen["heldout"]["shift"])
-    assert max(seen["heldout"]["shift"]) <= 5
-    assert max(seen["heldout"]["intensity"]) < min(seen["train"]["intensity"])
-    assert max(seen["train"]["noise"]) < min(seen["heldout"]["noise"])
-    assert seen["train"]["bands"] == set(r_train.hue_bands)
-    assert seen["heldout"]["bands"] == set(r_held.hue_bands)
+    train, held, far = seen["train"], seen["heldout"], seen["far"]
+    assert (train["dx"] * train["dy"] >= 0).all()  # up-left or down-right of the centre
+    assert (held["dx"] * held["dy"] < 0).all()  # up-right or down-left
+    assert np.minimum(abs(held["dx"]), abs(held["dy"])).min() >= 1  # 1 px from any train shift
+    assert max(abs(train["dx"]).max(), abs(train["dy"]).max()) <= 4
+    assert min(abs(far["dx"]).min(), abs(far["dy"]).min()) >= 4
+    assert max(abs(far["dx"]).max(), abs(far["dy"]).max()) <= 5
+    for split in ("heldout", "far"):
+        assert max(seen[split]["intensity"]) < min(train["intensity"])
+        assert max(train["noise"]) < min(seen[split]["noise"])
+        assert seen[split]["bands"] == set(r_held.hue_bands)
+    assert train["bands"] == set(r_train.hue_bands)
+    for split in digits.SPLITS:  # both signs and both axes really vary
+        assert (seen[split]["dx"] > 0).any() and (seen[split]["dx"] < 0).any()
 
 
 def test_bad_inputs():

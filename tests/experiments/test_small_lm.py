@@ -43,12 +43,15 @@ def test_blocked_batches_hold_one_structure():
     phrases = {"add": "add ", "sub": "subtract", "mul": "multiply", "neg": "negative",
                "abs": "absolute"}
     absent = [phrases[op] for op in comp.OPS if op not in structure]
+    lines = []
     for row in x.tolist():
         text = bytes(i - 4 for i in row if i >= 4).decode()
-        for task in text.split("Task: ")[1:]:
-            line = task.split("\n")[0]
-            if line.endswith("."):  # a whole instruction line
-                assert not any(p in line for p in absent), line
+        lines += [t.split("\n")[0].lower() for t in text.split("Task: start with x. ")[1:]]
+    whole = [line for line in lines if line.endswith(".")]  # complete instruction lines
+    assert len(whole) >= 2
+    for line in whole:
+        assert not any(p in line for p in absent), line
+        assert all(phrases[op] in line for op in structure), line
 
 
 def test_paired_seeds_share_initial_weights_and_data_positions():
