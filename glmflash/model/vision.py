@@ -1,10 +1,12 @@
 """The vision path: a 32x32 RGB image becomes 16 tokens in the language model's input.
 
     patches  [B, 8, 8, 48]    4x4-pixel patches of the standardized image (each channel
-                              centred, one scale per image), (channel, row, column) inside
-    tower    -> [B, 16, C]    patch embedding + row/column positions, 2 non-causal transformer
-                              blocks, 2x2 merge (concatenate each 2x2 group, then linear),
-                              MLP projector into the LM's width C
+                              centred, ink made positive, one scale per image);
+                              (channel, row, column) inside a patch
+    tower    -> [B, 16, C]    patch embedding + learned row and column embeddings, 2 non-causal
+                              transformer blocks (2-D RoPE on queries and keys, as in GLM-4.1V's
+                              vision encoder), 2x2 merge (concatenate each 2x2 group, then
+                              linear), MLP projector into the LM's width C
     sequence bos, image_start, image x 16, image_end, "digit:"   -> the LM answers "7"
 
 The 16 placeholder embeddings are replaced by the tower's tokens before the LM runs
@@ -187,6 +189,12 @@ class VisionLanguageModel(nn.Module):
     def answer_logits(self, images: Tensor) -> Tensor:
         """Logits [B, V] of the token after the prompt: the answer."""
         return self.forward(images).logits[:, -1]
+
+    def align_logits(self, images: Tensor) -> Tensor:
+        """Answer logits read straight off the image tokens, skipping the LM's blocks:
+        final_norm(mean of the 16 tokens) @ E^T with the LM's tied head. Training the tower on
+        these first (cheap: no LM blocks) makes its tokens point at the digit's embedding."""
+        return self.lm.output(self.lm.final_norm(self.tower(images).mean(1)))
 
     def answer_targets(self, labels: Tensor) -> Tensor:
         """Digit labels [B] -> their byte tokens [B]."""

@@ -3,13 +3,19 @@
     loss = cross-entropy(answer logits, byte token of the digit)     (the answer token only)
            (+ the MoE balance loss when LM weights are trained)
 
-AdamW (decay on matrices only), linear warmup then cosine decay, gradient clipping. The train
-scope says exactly what learns: `vision` the tower with its projector (the LM is frozen but
-passes gradients through), `vision+last-block` also the LM's last block, `all` everything.
-Training batch s is renderings s*B .. s*B + B - 1 of the train split for --seed. Evaluation:
-greedy answers (argmax over the whole vocabulary; a non-digit answer is wrong) on the first N
-held-out renderings of seed 0, the same images for every run, and on N unseen train-split
-renderings.
+Two stages, both on that loss:
+  1. align (--align-steps): the tower alone, with the answer read straight off its tokens
+     through the LM's final norm and tied head (`VisionLanguageModel.align_logits`). No LM
+     block runs, so a step costs a few percent of a full one: the tower learns to see while
+     its tokens move towards the digits' embeddings.
+  2. full (--steps): the whole sequence through the LM; the train scope says exactly what
+     learns: `vision` the tower with its projector (the LM is frozen but passes gradients
+     through), `vision+last-block` also the LM's last block, `all` everything.
+AdamW (decay on matrices only), linear warmup then cosine decay per stage, gradient clipping.
+The training images are the train split of --seed, consecutive renderings, a fresh batch at
+every step. Evaluation: greedy answers (argmax over the whole vocabulary; a non-digit answer is
+wrong) on the first N renderings of the heldout and far splits of seed 0 (the same images for
+every run) and on N unseen train-split renderings.
 
 The output folder holds metrics.jsonl, results.json, heldout_grid.png, confusion.png and
 `checkpoint/` (vision.safetensors + vision.json; the LM's model.safetensors + config.json too
@@ -42,7 +48,7 @@ from glmflash.train.progress import Progress
 SCOPES = ("vision", "vision+last-block", "all")
 METRICS, RESULTS, CHECKPOINT = "metrics.jsonl", "results.json", "checkpoint"
 VISION_WEIGHTS, VISION_CONFIG = "vision.safetensors", "vision.json"
-HELDOUT_SEED = 0  # the held-out images are the same for every training seed (paired runs)
+HELDOUT_SEED = 0  # the held-out and far images are the same for every training seed
 TRAIN_EVAL_START = 1 << 40  # train-split evaluation indices, never reached by training
 
 
@@ -82,6 +88,51 @@ def make_optimizer(params: list[nn.Parameter], lr: float,
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
+def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
+                batch_size: int, lr: float, warmup: int, weight_decay: float, scope: str,
+                seed: int, dev: torch.device, amp: torch.dtype | None, out: Path,
+                progress: bool) -> tuple[list[nn.Parameter], float]:
+    """One stage: `steps` AdamW updates on fresh renderings from index `start`; returns the
+    trained parameters and the last loss."""
+    params = scope_parameters(vlm, scope)
+    lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
+    optimizer = make_optimizer(params, lr, weight_decay)
+    schedule = PretrainConfig(steps=steps, lr=lr, warmup=min(warmup, steps - 1))
+    bar = Progress(steps, enabled=progress, desc=f"vision {stage}")
+    vlm.train()
+    t0 = time.perf_counter()
+    loss_value = float("nan")
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, schedule)
+        images, labels = digits.batch("train", start + step * batch_size, batch_size, seed)
+        images, targets = images.to(dev), vlm.answer_targets(labels.to(dev))
+        with autocast(dev, amp):
+            if stage == "align":
+                logits, o = vlm.align_logits(images).float(), None
+            else:
+                o = vlm(images)
+                logits = o.logits[:, -1].float()
+        loss = F.cross_entropy(logits, targets)
+        optimizer.zero_grad(set_to_none=True)
+        (loss + o.aux_loss if o is not None and lm_trained else loss).backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+        optimizer.step()
+        if o is not None:
+            for layer, load in zip(vlm.lm.layers, o.load, strict=True):
+                if any(p.requires_grad for p in layer.moe.parameters()):
+                    layer.moe.update_bias(load)
+        loss_value = float(loss.detach())
+        acc = float((logits.argmax(-1) == targets).float().mean())
+        append_jsonl(out / METRICS, {"stage": stage, "step": step + 1, "loss": loss_value,
+                                     "batch_acc": acc, "lr": lr_at(step, schedule),
+                                     "grad_norm": grad_norm,
+                                     "seconds": time.perf_counter() - t0})
+        bar.update(step + 1, loss=loss_value, acc=acc)
+    bar.close()
+    return params, loss_value
+
+
 # -- evaluation --------------------------------------------------------------------------------
 
 @torch.no_grad()
@@ -99,9 +150,9 @@ def predict_all(vlm: VisionLanguageModel, images: Tensor, device: torch.device,
 
 
 def evaluation_set(split: str, n: int, seed: int) -> tuple[Tensor, Tensor]:
-    if split == "heldout":
-        return digits.batch("heldout", 0, n, HELDOUT_SEED)
-    return digits.batch("train", TRAIN_EVAL_START, n, seed)
+    if split == "train":
+        return digits.batch("train", TRAIN_EVAL_START, n, seed)
+    return digits.batch(split, 0, n, HELDOUT_SEED)
 
 
 # -- checkpoints -------------------------------------------------------------------------------
@@ -206,19 +257,25 @@ def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
 # -- the run -----------------------------------------------------------------------------------
 
 def train_vision(out: str | Path, init: str | Path | None = None, preset: str = "25m",
-                 steps: int = 120, batch_size: int = 32, lr: float = 2e-3, warmup: int = 10,
-                 weight_decay: float = 0.01, train_scope: str = "vision",
-                 tower: str = "blocks", seed: int = 0, eval_size: int = 1000,
-                 device: str = "auto", precision: str = "fp32", progress: bool = True,
+                 steps: int = 120, batch_size: int = 16, lr: float = 2e-3, warmup: int = 10,
+                 align_steps: int = 300, align_batch_size: int = 32,
+                 weight_decay: float = 0.01, train_scope: str = "all", tower: str = "blocks",
+                 seed: int = 0, eval_size: int = 1000, device: str = "auto",
+                 precision: str = "fp32", progress: bool = True,
                  plots: bool = True) -> dict[str, Any]:
     """Train the vision path, evaluate it, write everything to `out`; returns the results."""
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size)):
-        if not isinstance(value, int) or value < 1:
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size),
+                        ("align_batch_size", align_batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise VisionTrainError(f"{name} must be a positive integer, got {value!r}")
-    if warmup < 0 or not lr > 0:
-        raise VisionTrainError(f"need lr > 0 and warmup >= 0, got lr={lr}, warmup={warmup}")
+    if warmup < 0 or align_steps < 0 or not lr > 0:
+        raise VisionTrainError(f"need lr > 0, warmup >= 0 and align_steps >= 0, got lr={lr}, "
+                               f"warmup={warmup}, align_steps={align_steps}")
     if tower not in TOWERS:
         raise VisionTrainError(f"unknown tower {tower!r}; choose from {', '.join(TOWERS)}")
+    if train_scope not in SCOPES:
+        raise VisionTrainError(f"unknown train scope {train_scope!r}; choose from "
+                               f"{', '.join(SCOPES)}")
     out = Path(out)
     if (out / RESULTS).exists():
         raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
@@ -226,51 +283,27 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
     amp = autocast_dtype(dev, precision)
     t_start = time.perf_counter()
     vlm = build_model(init, preset, tower, seed, dev)
-    params = scope_parameters(vlm, train_scope)
-    lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
-    trained_moe = [layer.moe for layer in vlm.lm.layers
-                   if any(p.requires_grad for p in layer.moe.parameters())]
-    optimizer = make_optimizer(params, lr, weight_decay)
-    schedule = PretrainConfig(steps=steps, lr=lr, warmup=warmup)
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS).write_text("")
     except OSError as e:
         raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
 
-    bar = Progress(steps, enabled=progress, desc="vision")
-    vlm.train()
+    common = dict(warmup=warmup, weight_decay=weight_decay, seed=seed, dev=dev, amp=amp,
+                  out=out, progress=progress)
     t0 = time.perf_counter()
-    loss_value = float("nan")
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, schedule)
-        images, labels = digits.batch("train", step * batch_size, batch_size, seed)
-        images, labels = images.to(dev), labels.to(dev)
-        with autocast(dev, amp):
-            o = vlm(images)
-        logits = o.logits[:, -1].float()
-        loss = F.cross_entropy(logits, vlm.answer_targets(labels))
-        total = loss + o.aux_loss if lm_trained else loss
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
-        optimizer.step()
-        for i, layer in enumerate(vlm.lm.layers):
-            if layer.moe in trained_moe:
-                layer.moe.update_bias(o.load[i])
-        loss_value = float(loss.detach())
-        acc = float((logits.argmax(-1) == vlm.answer_targets(labels)).float().mean())
-        append_jsonl(out / METRICS, {"step": step + 1, "loss": loss_value, "batch_acc": acc,
-                                     "lr": lr_at(step, schedule), "grad_norm": grad_norm,
-                                     "seconds": time.perf_counter() - t0})
-        bar.update(step + 1, loss=loss_value, acc=acc)
-    bar.close()
+    if align_steps:
+        train_steps(vlm, "align", align_steps, 0, align_batch_size, lr, scope="vision",
+                    **common)
+    align_seconds = time.perf_counter() - t0
+    params, loss_value = train_steps(vlm, "full", steps, align_steps * align_batch_size,
+                                     batch_size, lr, scope=train_scope, **common)
+    lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
     train_seconds = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     results: dict[str, Any] = {}
-    for split in ("heldout", "train"):
+    for split in ("heldout", "far", "train"):
         images, labels = evaluation_set(split, eval_size, seed)
         preds = predict_all(vlm, images, dev, amp)
         k = int((preds == labels).sum())
@@ -298,7 +331,8 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
     results.update({
         "tower": tower, "train_scope": train_scope, "init": meta["init"],
         "preset": meta["preset"], "steps": steps, "batch_size": batch_size, "lr": lr,
-        "warmup": warmup, "seed": seed, "device": str(dev), "precision": precision,
+        "warmup": warmup, "align_steps": align_steps, "align_batch_size": align_batch_size,
+        "align_seconds": align_seconds, "seed": seed, "device": str(dev), "precision": precision,
         "final_loss": loss_value,
         "trainable_parameters": sum(p.numel() for p in params),
         "tower_parameters": sum(p.numel() for p in vlm.tower.parameters()),
@@ -319,11 +353,14 @@ def add_arguments(p) -> None:
                         help="start from a randomly initialised LM of --preset")
     p.add_argument("--preset", default=None, help="model preset with --from-scratch: 25m | tiny")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--steps", type=int, default=120)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=120, help="full steps through the LM")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--align-steps", type=int, default=300,
+                   help="tower-only steps first, answer read through the tied head (0: none)")
+    p.add_argument("--align-batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--train-scope", choices=SCOPES, default="vision")
+    p.add_argument("--train-scope", choices=SCOPES, default="all")
     p.add_argument("--tower", choices=TOWERS, default="blocks",
                    help="blocks: two-block transformer tower; direct: direct-patch baseline")
     p.add_argument("--seed", type=int, default=0)
@@ -340,12 +377,14 @@ def run(args) -> int:
     try:
         results = train_vision(args.out, init=args.init, preset=args.preset or "25m",
                                steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                               warmup=args.warmup, train_scope=args.train_scope,
+                               warmup=args.warmup, align_steps=args.align_steps,
+                               align_batch_size=args.align_batch_size,
+                               train_scope=args.train_scope,
                                tower=args.tower, seed=args.seed, eval_size=args.eval_size,
                                device=args.device, precision=args.precision)
     except (VisionTrainError, ckpt.CheckpointError, ConfigError, ValueError) as e:
         raise CLIError(str(e)) from None
-    keys = ("heldout_correct", "train_correct", "trainable_parameters", "train_seconds",
-            "wall_seconds")
+    keys = ("heldout_correct", "far_correct", "train_correct", "trainable_parameters",
+            "train_seconds", "wall_seconds")
     print(json.dumps({k: results[k] for k in keys}), file=sys.stdout)
     return 0

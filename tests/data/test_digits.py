@@ -127,10 +127,16 @@ def test_heldout_parameter_ranges_are_disjoint_from_train():
             "bands": {hue_band(c) for p in ps for c in (p.fg, p.bg)},
         }
     train, held, far = seen["train"], seen["heldout"], seen["far"]
-    assert (train["dx"] * train["dy"] >= 0).all()  # up-left or down-right of the centre
-    assert (held["dx"] * held["dy"] < 0).all()  # up-right or down-left
-    assert np.minimum(abs(held["dx"]), abs(held["dy"])).min() >= 1  # 1 px from any train shift
-    assert max(abs(train["dx"]).max(), abs(train["dy"]).max()) <= 4
+
+    def in_gap(v):  # |shift| in [1.25, 1.75]: 0.25 px from the train bands [0, 1], [2, 3.5]
+        return (abs(v) >= 1.25) & (abs(v) <= 1.75)
+
+    for axis in ("dx", "dy"):
+        a = abs(train[axis])
+        assert ((a <= 1) | ((a >= 2) & (a <= 3.5))).all()
+        assert (a < 1).any() and (a > 2).any()
+    assert (in_gap(held["dx"]) | in_gap(held["dy"])).all()
+    assert max(abs(held["dx"]).max(), abs(held["dy"]).max()) <= 3.5
     assert min(abs(far["dx"]).min(), abs(far["dy"]).min()) >= 4
     assert max(abs(far["dx"]).max(), abs(far["dy"]).max()) <= 5
     for split in ("heldout", "far"):

@@ -8,6 +8,7 @@ from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import (
     N_IMAGE_TOKENS,
     DirectPatchBaseline,
+    GridRotary,
     VisionLanguageModel,
     VisionTower,
     image_prompt_tokens,
@@ -69,14 +70,37 @@ def test_standardize():
     torch.testing.assert_close(x.mean((-2, -1)), torch.zeros(4, 3, dtype=torch.float64))
     torch.testing.assert_close(x.pow(2).mean((1, 2, 3)), torch.ones(4, dtype=torch.float64),
                                atol=1e-4, rtol=0)
-    # colours and intensity drop out: bg + a * ink * (fg - bg) -> the same for any a > 0
+    # sparse ink (a fifth of the pixels): colours, intensity and polarity drop out
     # (exactly without the eps that guards blank images)
-    ink = torch.rand(1, 1, 32, 32, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    ink = (torch.rand(1, 1, 32, 32, generator=g, dtype=torch.float64) < 0.2).double()
+    ink = ink * (0.5 + torch.rand(1, 1, 32, 32, generator=g, dtype=torch.float64))
     fg = torch.tensor([0.9, 0.2, 0.5], dtype=torch.float64)[:, None, None]
     bg = torch.tensor([0.1, 0.3, 0.4], dtype=torch.float64)[:, None, None]
-    torch.testing.assert_close(standardize(bg + 0.5 * ink * (fg - bg), eps=0.0),
-                               standardize(0.2 + 0.9 * ink * (fg - bg), eps=0.0),
-                               atol=1e-10, rtol=0)
+    a = standardize(bg + 0.5 * ink * (fg - bg), eps=0.0)
+    for other in (bg + 0.9 * ink * (fg - bg), fg + 0.7 * ink * (bg - fg)):
+        torch.testing.assert_close(a, standardize(other, eps=0.0), atol=1e-10, rtol=0)
+    assert (a[0][:, ink[0, 0] > 0] > 0).all()  # the ink is positive in every channel
+
+
+def test_grid_rotary_depends_on_relative_position_only():
+    """q . k after 2-D RoPE is unchanged when both patches move by the same (row, col)."""
+    rot = GridRotary(8).double()
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(8, dtype=torch.float64, generator=g)
+    k = torch.randn(8, dtype=torch.float64, generator=g)
+
+    def score(pq, pk):
+        x = torch.zeros(2, 64, 8, dtype=torch.float64)
+        x[0, pq[0] * 8 + pq[1]], x[1, pk[0] * 8 + pk[1]] = q, k
+        r = rot(x.view(1, 2, 64, 8))[0]
+        return float(r[0, pq[0] * 8 + pq[1]] @ r[1, pk[0] * 8 + pk[1]])
+
+    base = score((1, 2), (3, 0))
+    for t in [(0, 1), (2, 3), (4, 5)]:
+        assert abs(score((1 + t[0], 2 + t[1]), (3 + t[0], t[1])) - base) < 1e-6  # float32 RoPE
+    assert abs(score((1, 2), (3, 1)) - base) > 1e-3  # a different column offset matters
+    assert abs(score((1, 2), (2, 0)) - base) > 1e-3  # and a different row offset
 
 
 @pytest.mark.parametrize("kind", ["blocks", "direct"])
@@ -96,6 +120,14 @@ def test_embed_places_tower_tokens_between_image_markers(kind):
     ref = model.lm.forward_embeddings(torch.cat([text[None, :2].expand(3, -1, -1), image_tokens,
                                                  text[None, 18:].expand(3, -1, -1)], 1))
     torch.testing.assert_close(out.logits, ref.logits)
+
+
+def test_align_logits_read_the_mean_token_through_the_tied_head():
+    model = vlm("blocks")
+    images = torch.rand(3, 3, 32, 32, dtype=torch.float64)
+    tokens = model.tower(images)
+    ref = model.lm.final_norm(tokens.mean(1)) @ model.lm.embedding.weight.T
+    torch.testing.assert_close(model.align_logits(images), ref)
 
 
 @pytest.mark.parametrize("kind", ["blocks", "direct"])

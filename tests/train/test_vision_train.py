@@ -25,8 +25,8 @@ from glmflash.train.vision import (
     train_vision,
 )
 
-SMALL = dict(preset="tiny", steps=2, batch_size=4, eval_size=10, device="cpu", progress=False,
-             plots=False)
+SMALL = dict(preset="tiny", steps=2, batch_size=4, align_steps=2, align_batch_size=4,
+             eval_size=10, device="cpu", progress=False, plots=False)
 
 
 @pytest.fixture(autouse=True)
@@ -105,14 +105,17 @@ def test_outputs_and_reload(tmp_path):
     torch.manual_seed(1)
     lm_dir = ckpt.save_model(tmp_path / "lm", GLMFlash(model_config("tiny")), step=0)
     out = tmp_path / "run"
-    results = train_vision(out, init=lm_dir, **{**SMALL, "steps": 3, "plots": True})
+    results = train_vision(out, init=lm_dir, **{**SMALL, "steps": 3, "plots": True,
+                                                "train_scope": "vision"})
     assert results["heldout_correct"][1] == 10 and 0 <= results["heldout_correct"][0] <= 10
     assert results["train_correct"][1] == 10
     assert results["trainable_parameters"] == results["tower_parameters"]
     assert json.loads((out / "results.json").read_text())["heldout_correct"] == \
         results["heldout_correct"]
+    assert results["far_correct"][1] == 10
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [(r["stage"], r["step"]) for r in rows] == [("align", 1), ("align", 2),
+                                                       ("full", 1), ("full", 2), ("full", 3)]
     for name in ("heldout_grid.png", "confusion.png", "checkpoint/vision.safetensors",
                  "checkpoint/vision.json"):
         assert (out / name).is_file(), name
@@ -168,6 +171,8 @@ def test_command_bad_input(tmp_path):
         msg = cli_error(["--from-scratch", "--preset", "tiny", "--out", out, flag, "0"])
         assert flag[2:].replace("-", "_") in msg and "positive" in msg
     assert "lr" in cli_error(["--from-scratch", "--preset", "tiny", "--out", out, "--lr", "0"])
+    assert "align_steps" in cli_error(["--from-scratch", "--preset", "tiny", "--out", out,
+                                       "--align-steps", "-1"])
     assert "preset" in cli_error(["--from-scratch", "--preset", "huge", "--out", out])
     assert "--from-scratch" in cli_error(["--init", str(good), "--preset", "tiny",
                                           "--out", out])
