@@ -3,7 +3,9 @@ write its report (see glmflash.experiments.registry for how to define one)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -20,6 +22,21 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(seeds)
 
 
+def parse_settings(items: list[str]) -> dict[str, Any]:
+    """['init=runs/x', 'groups=24'] -> {'init': 'runs/x', 'groups': 24}: each value is read as
+    JSON when it parses (numbers, true, null, lists), as a plain string otherwise."""
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"bad --set {item!r}: expected KEY=VALUE")
+        try:
+            settings[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            settings[key.strip()] = text
+    return settings
+
+
 def add_arguments(p) -> None:
     p.add_argument("name", help="the experiment, e.g. data-diversity or curriculum")
     p.add_argument("--out", required=True, help="results folder; runs go to OUT/NAME/runs")
@@ -33,6 +50,8 @@ def add_arguments(p) -> None:
                    help="a short check of the pipeline: fewer seeds, shortened runs")
     p.add_argument("--module", action="append", default=[], metavar="MODULE_OR_FILE",
                    help="import this module or .py file first, for the experiments it defines")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="replace a setting of every condition, e.g. --set init=runs/ckpt")
     p.add_argument("--no-report", action="store_true", help="do not write the report")
 
 
@@ -48,7 +67,8 @@ def run(args) -> int:
         experiment = registry.get(args.name)
         seeds = parse_seeds(args.seeds) if args.seeds else None
         summary = run_experiment(experiment, Path(args.out), seeds=seeds, workers=args.workers,
-                                 resume=args.resume, quick=args.quick)
+                                 resume=args.resume, quick=args.quick,
+                                 overrides=parse_settings(args.set))
         if not args.no_report:
             print(write_report(summary.folder))
     except (RunnerError, ReportError, ValueError) as e:

@@ -81,8 +81,16 @@ class Experiment:
                 raise ValueError(f"comparison ({a}, {b}) names unknown condition(s) "
                                  f"{sorted(missing)}")
 
-    def condition_config(self, condition: str, quick: bool = False) -> dict[str, Any]:
-        return {**self.conditions[condition], **(self.quick if quick else {})}
+    def condition_config(self, condition: str, quick: bool = False,
+                         overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The condition's settings, then `quick` (under --quick), then `overrides` (--set),
+        which may only name settings the condition has."""
+        config = {**self.conditions[condition], **(self.quick if quick else {})}
+        unknown = sorted(set(overrides or {}) - set(config))
+        if unknown:
+            raise ValueError(f"experiment {self.name!r} has no setting {', '.join(unknown)}; "
+                             f"its settings: {', '.join(sorted(config))}")
+        return {**config, **(overrides or {})}
 
     def describe(self) -> dict[str, Any]:
         """The definition as JSON-ready data (what a report needs without importing it)."""

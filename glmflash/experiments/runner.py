@@ -129,7 +129,7 @@ def _worker_init() -> None:
 
 
 def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bool,
-         resume: bool) -> tuple[list[Job], int]:
+         resume: bool, overrides: dict[str, Any] | None = None) -> tuple[list[Job], int]:
     """The jobs still to run (seed-major, so paired runs finish together) and how many
     finished runs are skipped. Refuses to mix settings or to overwrite without --resume."""
     runs = folder / RUNS
@@ -140,7 +140,7 @@ def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bo
     jobs, skipped = [], 0
     for seed in seeds:
         for condition in experiment.conditions:
-            config = experiment.condition_config(condition, quick)
+            config = experiment.condition_config(condition, quick, overrides)
             try:  # as it will read back from the run's file (tuples become lists)
                 config = json.loads(json.dumps(config, allow_nan=False))
             except (TypeError, ValueError) as e:
@@ -180,9 +180,11 @@ def _end_session(folder: Path, started: str, figures: dict[str, Any]) -> None:
 
 def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ...] | None = None,
                    workers: int = 1, resume: bool = False, quick: bool = False,
+                   overrides: dict[str, Any] | None = None,
                    log: Callable[[str], None] | None = None) -> Summary:
     """Run the grid of `experiment` into OUT/NAME. With workers == 1 the runs execute in this
-    process (one thread, as in a worker); otherwise in `workers` spawned processes."""
+    process (one thread, as in a worker); otherwise in `workers` spawned processes.
+    `overrides` replace settings of every condition (the command's --set KEY=VALUE)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if workers < 1:
         raise RunnerError(f"--workers must be at least 1, got {workers}")
@@ -191,7 +193,7 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
     if not seeds or len(set(seeds)) != len(seeds):
         raise RunnerError(f"seeds must be distinct and non-empty, got {seeds}")
     folder = Path(out) / experiment.name
-    jobs, skipped = plan(experiment, folder, seeds, quick, resume)
+    jobs, skipped = plan(experiment, folder, seeds, quick, resume, overrides)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     _start_session(folder, experiment, seeds, quick,
                    {"started": started, "workers": workers, "planned": len(jobs),

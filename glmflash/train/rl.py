@@ -159,7 +159,7 @@ def rl_tasks(cfg: RLConfig) -> list[CodeTask]:
 
 
 def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "auto",
-             resume: bool = False, log=None) -> dict[str, Any]:
+             resume: bool = False, log=None, progress: bool = True) -> dict[str, Any]:
     """Run RLOO from checkpoint `init` into `out`; returns a summary dict."""
     log = log or (lambda m: print(m, file=sys.stderr))
     out, dev = Path(out), resolve_device(device)
@@ -195,7 +195,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     best = _best_so_far(out)
     if start == 0 and best is None:
         best = _evaluate_dev(model, dev_tasks, cfg, out, 0, None)
-    progress = Progress(cfg.groups, start, unit="group", desc="rl")
+    bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
     g = start
     while g < cfg.groups:
@@ -208,10 +208,10 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
             best = _evaluate_dev(model, dev_tasks, cfg, out, g, best)
             stats["dev_pass1"] = best["last"]
         append_jsonl(out / METRICS, stats)
-        progress.update(g, reward=stats["reward_mean"], pass_rate=stats["pass_rate"],
+        bar.update(g, reward=stats["reward_mean"], pass_rate=stats["pass_rate"],
                         rollouts_s=stats["rollouts_per_s"])
         save_training_state(out, g, model, optimizer, keep=1, metrics={"group": g})
-    progress.close()
+    bar.close()
     rows = list(read_jsonl(out / METRICS))
     summary.update(groups=cfg.groups, wall_seconds=time.perf_counter() - t0,
                    no_spread_groups=sum(r["no_spread"] for r in rows),
