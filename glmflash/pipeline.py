@@ -42,7 +42,8 @@ class PipelinePlan:
     rl: RLConfig
     confirm_per_family: int = 8
     pass_k: int = 8
-    vision_steps: int = 120
+    vision_steps: int = 100  # full steps through the LM, after the tower's align steps
+    vision_align_steps: int = 2000
     vision_eval: int = 1000
     max_new_tokens: int = 48
 
@@ -61,7 +62,8 @@ class PipelinePlan:
                                           keep_checkpoints=2, eval_tasks=0, seed=seed),
                    RLConfig(groups=2, group_size=4, tasks_per_step=2, seed=seed, eval_every=2,
                             dev_per_family=1, max_new_tokens=12),
-                   confirm_per_family=1, pass_k=2, vision_steps=3, vision_eval=20,
+                   confirm_per_family=1, pass_k=2, vision_steps=3, vision_align_steps=3,
+                   vision_eval=20,
                    max_new_tokens=12)
 
 
@@ -149,6 +151,7 @@ class Pipeline:
         if run_dir.exists():  # an interrupted vision run restarts (it takes minutes)
             shutil.rmtree(run_dir)
         res = train_vision(run_dir, init=base, steps=self.plan.vision_steps,
+                           align_steps=self.plan.vision_align_steps,
                            eval_size=self.plan.vision_eval, device=self.device)
         return {"heldout_correct": res["heldout_correct"], "train_correct": res["train_correct"]}
 

@@ -267,7 +267,7 @@ def plot_forest(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     if not rows:
         return False
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.4))
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.4))
     y = np.arange(len(rows))[::-1]
     est = np.array([r["difference"] for r in rows])
     err = np.array([[r["difference"] - r["low"] for r in rows],
@@ -276,7 +276,7 @@ def plot_forest(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     ax.axvline(0.0, color="tab:red", lw=1, ls="--")
     ax.set_yticks(y, [f"{r['b']} - {r['a']}  (p_Holm={r['p_holm']:.3g})" for r in rows],
                   fontsize=8)
-    ax.set_xlabel(f"difference in {metric} (95% paired bootstrap interval)")
+    ax.set_xlabel(f"difference in {metric}\n(b - a, 95% paired bootstrap interval)")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,8 +1,8 @@
 """The vision path: a 32x32 RGB image becomes 16 tokens in the language model's input.
 
-    patches  [B, 8, 8, 48]    4x4-pixel patches of the standardized image (each channel
-                              centred, ink made positive, one scale per image);
-                              (channel, row, column) inside a patch
+    patches  [B, 8, 8, 48]    4x4-pixel patches of the blurred, standardized image (a fixed
+                              5x5 Gaussian, sigma 1.5 px; each channel centred, ink made
+                              positive, one scale per image); (channel, row, column) inside
     tower    -> [B, 16, C]    patch embedding + learned row and column embeddings, 2 non-causal
                               transformer blocks (2-D RoPE on queries and keys, as in GLM-4.1V's
                               vision encoder), 2x2 merge (concatenate each 2x2 group, then
@@ -35,6 +35,7 @@ N_IMAGE_TOKENS = (GRID // MERGE) ** 2  # 16
 PROMPT = "digit:"
 DIGIT_TOKENS = tuple(encode("0123456789"))  # the answer to image of digit d is DIGIT_TOKENS[d]
 TOWERS = ("blocks", "direct")
+BLUR_SIGMA, BLUR_RADIUS = 1.5, 2  # the fixed low-pass before patching (see `blur`)
 
 
 def patchify(images: Tensor) -> Tensor:
@@ -58,6 +59,38 @@ def standardize(images: Tensor, eps: float = 1e-3) -> Tensor:
     centred = (flat - mean) * sign
     scale = (centred.pow(2).mean((-2, -1), keepdim=True) + eps ** 2).sqrt()
     return (centred / scale).view_as(images)
+
+
+def gaussian_kernel(sigma: float = BLUR_SIGMA, radius: int = BLUR_RADIUS) -> Tensor:
+    """The separable 2-D Gaussian [2r+1, 2r+1], normalised to sum 1."""
+    x = torch.arange(-radius, radius + 1, dtype=torch.float64)
+    g = torch.exp(-x.square() / (2 * sigma ** 2))
+    g = g / g.sum()
+    return g[:, None] * g[None, :]
+
+
+def blur(images: Tensor, kernel: Tensor) -> Tensor:
+    """Per-channel low-pass [B, 3, H, W] -> same shape, edges replicated.
+
+    Patches on a fixed 4x4 grid are not shift-equivariant: a glyph moved by a fraction of a
+    patch changes every patch's content abruptly. Blurring first makes that change smooth, so
+    shifts between the trained ones are interpolated, and it averages the pixel noise down
+    (its standard deviation by about 1 / (sqrt(4 pi) sigma) = 0.19 at sigma 1.5)."""
+    r = kernel.shape[-1] // 2
+    weight = kernel.to(images.dtype).expand(images.shape[1], 1, -1, -1)
+    return F.conv2d(F.pad(images, (r, r, r, r), mode="replicate"), weight,
+                    groups=images.shape[1])
+
+
+class Preprocess(nn.Module):
+    """Image [B, 3, 32, 32] -> patches [B, 8, 8, 48] of the blurred, standardized image."""
+
+    def __init__(self, sigma: float = BLUR_SIGMA) -> None:
+        super().__init__()
+        self.register_buffer("kernel", gaussian_kernel(sigma).float(), persistent=False)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return patchify(standardize(blur(images, self.kernel)))
 
 
 def merge_2x2(x: Tensor) -> Tensor:
@@ -127,6 +160,7 @@ class VisionTower(nn.Module):
         super().__init__()
         width = width or max(32, cfg.d_model // 2)
         self.width = width
+        self.preprocess = Preprocess()
         self.patch_embed = nn.Linear(PATCH_DIM, width)
         self.row = nn.Parameter(0.02 * torch.randn(GRID, width))  # pos(i, j) = row_i + col_j
         self.col = nn.Parameter(0.02 * torch.randn(GRID, width))
@@ -137,7 +171,7 @@ class VisionTower(nn.Module):
                                        nn.Linear(cfg.d_model, cfg.d_model))
 
     def forward(self, images: Tensor) -> Tensor:
-        x = self.patch_embed(patchify(standardize(images))) + self.row[:, None] + self.col[None, :]
+        x = self.patch_embed(self.preprocess(images)) + self.row[:, None] + self.col[None, :]
         B = x.shape[0]
         x = x.reshape(B, GRID * GRID, self.width)
         for block in self.blocks:
@@ -151,10 +185,11 @@ class DirectPatchBaseline(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
+        self.preprocess = Preprocess()  # the same input as the tower's: a fair comparison
         self.proj = nn.Linear(MERGE * MERGE * PATCH_DIM, cfg.d_model)
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.proj(merge_2x2(patchify(standardize(images))))
+        return self.proj(merge_2x2(self.preprocess(images)))
 
 
 def make_tower(kind: str, cfg: ModelConfig) -> nn.Module:
@@ -192,9 +227,10 @@ class VisionLanguageModel(nn.Module):
 
     def align_logits(self, images: Tensor) -> Tensor:
         """Answer logits read straight off the image tokens, skipping the LM's blocks:
-        final_norm(mean of the 16 tokens) @ E^T with the LM's tied head. Training the tower on
-        these first (cheap: no LM blocks) makes its tokens point at the digit's embedding."""
-        return self.lm.output(self.lm.final_norm(self.tower(images).mean(1)))
+        mean_t(final_norm(token_t)) @ E^T with the LM's tied head. Training the tower on these
+        first (cheap: no LM blocks) turns each token (normalised before the mean, so that none
+        can dominate it) towards the digit's embedding, which the LM then only has to read."""
+        return self.lm.output(self.lm.final_norm(self.tower(images)).mean(1))
 
     def answer_targets(self, labels: Tensor) -> Tensor:
         """Digit labels [B] -> their byte tokens [B]."""

@@ -4,13 +4,15 @@
            (+ the MoE balance loss when LM weights are trained)
 
 Two stages, both on that loss:
-  1. align (--align-steps): the tower alone, with the answer read straight off its tokens
-     through the LM's final norm and tied head (`VisionLanguageModel.align_logits`). No LM
-     block runs, so a step costs a few percent of a full one: the tower learns to see while
-     its tokens move towards the digits' embeddings.
-  2. full (--steps): the whole sequence through the LM; the train scope says exactly what
-     learns: `vision` the tower with its projector (the LM is frozen but passes gradients
-     through), `vision+last-block` also the LM's last block, `all` everything.
+  1. align (--align-steps, --align-lr): the tower alone, with the answer read straight off
+     its tokens through the LM's final norm and tied head (`VisionLanguageModel.align_logits`).
+     No LM block runs, so a step costs a few percent of a full one: the tower learns to see
+     while each of its tokens turns towards the digit's embedding.
+  2. full (--steps, --lr): the whole sequence through the LM; the train scope says exactly
+     what learns: `lm` the LM with the aligned tower frozen (the default: the tower keeps what
+     it learned on many cheap steps, the LM learns to read it), `vision` the tower with its
+     projector (the LM is frozen but passes gradients through), `vision+last-block` also the
+     LM's last block, `all` everything.
 AdamW (decay on matrices only), linear warmup then cosine decay per stage, gradient clipping.
 The training images are the train split of --seed, consecutive renderings, a fresh batch at
 every step. Evaluation: greedy answers (argmax over the whole vocabulary; a non-digit answer is
@@ -45,7 +47,7 @@ from glmflash.train import checkpoint as ckpt
 from glmflash.train.pretrain import append_jsonl, autocast, lr_at
 from glmflash.train.progress import Progress
 
-SCOPES = ("vision", "vision+last-block", "all")
+SCOPES = ("lm", "vision", "vision+last-block", "all")
 METRICS, RESULTS, CHECKPOINT = "metrics.jsonl", "results.json", "checkpoint"
 VISION_WEIGHTS, VISION_CONFIG = "vision.safetensors", "vision.json"
 HELDOUT_SEED = 0  # the held-out and far images are the same for every training seed
@@ -73,8 +75,8 @@ def scope_parameters(vlm: VisionLanguageModel, scope: str) -> list[nn.Parameter]
     """Set requires_grad so that exactly the scope trains; return the trainable parameters."""
     if scope not in SCOPES:
         raise VisionTrainError(f"unknown train scope {scope!r}; choose from {', '.join(SCOPES)}")
-    vlm.requires_grad_(scope == "all")
-    vlm.tower.requires_grad_(True)
+    vlm.requires_grad_(scope in ("all", "lm"))
+    vlm.tower.requires_grad_(scope != "lm")
     if scope == "vision+last-block":
         vlm.lm.layers[-1].requires_grad_(True)
     return [p for p in vlm.parameters() if p.requires_grad]
@@ -257,9 +259,9 @@ def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
 # -- the run -----------------------------------------------------------------------------------
 
 def train_vision(out: str | Path, init: str | Path | None = None, preset: str = "25m",
-                 steps: int = 120, batch_size: int = 16, lr: float = 2e-3, warmup: int = 10,
-                 align_steps: int = 300, align_batch_size: int = 32,
-                 weight_decay: float = 0.01, train_scope: str = "all", tower: str = "blocks",
+                 steps: int = 100, batch_size: int = 16, lr: float = 1e-3, warmup: int = 10,
+                 align_steps: int = 2000, align_batch_size: int = 32, align_lr: float = 2e-3,
+                 weight_decay: float = 0.01, train_scope: str = "lm", tower: str = "blocks",
                  seed: int = 0, eval_size: int = 1000, device: str = "auto",
                  precision: str = "fp32", progress: bool = True,
                  plots: bool = True) -> dict[str, Any]:
@@ -268,14 +270,18 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
                         ("align_batch_size", align_batch_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise VisionTrainError(f"{name} must be a positive integer, got {value!r}")
-    if warmup < 0 or align_steps < 0 or not lr > 0:
-        raise VisionTrainError(f"need lr > 0, warmup >= 0 and align_steps >= 0, got lr={lr}, "
-                               f"warmup={warmup}, align_steps={align_steps}")
+    if warmup < 0 or align_steps < 0 or not lr > 0 or not align_lr > 0:
+        raise VisionTrainError(f"need lr > 0, align_lr > 0, warmup >= 0 and align_steps >= 0, "
+                               f"got lr={lr}, align_lr={align_lr}, warmup={warmup}, "
+                               f"align_steps={align_steps}")
     if tower not in TOWERS:
         raise VisionTrainError(f"unknown tower {tower!r}; choose from {', '.join(TOWERS)}")
     if train_scope not in SCOPES:
         raise VisionTrainError(f"unknown train scope {train_scope!r}; choose from "
                                f"{', '.join(SCOPES)}")
+    if train_scope == "lm" and align_steps == 0:
+        raise VisionTrainError("train scope lm freezes the tower, so it needs --align-steps > 0 "
+                               "to train it first")
     out = Path(out)
     if (out / RESULTS).exists():
         raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
@@ -293,7 +299,7 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
                   out=out, progress=progress)
     t0 = time.perf_counter()
     if align_steps:
-        train_steps(vlm, "align", align_steps, 0, align_batch_size, lr, scope="vision",
+        train_steps(vlm, "align", align_steps, 0, align_batch_size, align_lr, scope="vision",
                     **common)
     align_seconds = time.perf_counter() - t0
     params, loss_value = train_steps(vlm, "full", steps, align_steps * align_batch_size,
@@ -332,6 +338,7 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
         "tower": tower, "train_scope": train_scope, "init": meta["init"],
         "preset": meta["preset"], "steps": steps, "batch_size": batch_size, "lr": lr,
         "warmup": warmup, "align_steps": align_steps, "align_batch_size": align_batch_size,
+        "align_lr": align_lr,
         "align_seconds": align_seconds, "seed": seed, "device": str(dev), "precision": precision,
         "final_loss": loss_value,
         "trainable_parameters": sum(p.numel() for p in params),
@@ -353,14 +360,16 @@ def add_arguments(p) -> None:
                         help="start from a randomly initialised LM of --preset")
     p.add_argument("--preset", default=None, help="model preset with --from-scratch: 25m | tiny")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--steps", type=int, default=120, help="full steps through the LM")
+    p.add_argument("--steps", type=int, default=100, help="full steps through the LM")
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--align-steps", type=int, default=300,
+    p.add_argument("--align-steps", type=int, default=2000,
                    help="tower-only steps first, answer read through the tied head (0: none)")
     p.add_argument("--align-batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--align-lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate of the full stage")
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--train-scope", choices=SCOPES, default="all")
+    p.add_argument("--train-scope", choices=SCOPES, default="lm",
+                   help="what learns in the full stage (lm: the LM, the aligned tower frozen)")
     p.add_argument("--tower", choices=TOWERS, default="blocks",
                    help="blocks: two-block transformer tower; direct: direct-patch baseline")
     p.add_argument("--seed", type=int, default=0)
@@ -379,6 +388,7 @@ def run(args) -> int:
                                steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                warmup=args.warmup, align_steps=args.align_steps,
                                align_batch_size=args.align_batch_size,
+                               align_lr=args.align_lr,
                                train_scope=args.train_scope,
                                tower=args.tower, seed=args.seed, eval_size=args.eval_size,
                                device=args.device, precision=args.precision)

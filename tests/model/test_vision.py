@@ -11,6 +11,8 @@ from glmflash.model.vision import (
     GridRotary,
     VisionLanguageModel,
     VisionTower,
+    blur,
+    gaussian_kernel,
     image_prompt_tokens,
     make_tower,
     merge_2x2,
@@ -122,11 +124,11 @@ def test_embed_places_tower_tokens_between_image_markers(kind):
     torch.testing.assert_close(out.logits, ref.logits)
 
 
-def test_align_logits_read_the_mean_token_through_the_tied_head():
+def test_align_logits_average_the_normalised_tokens_through_the_tied_head():
     model = vlm("blocks")
     images = torch.rand(3, 3, 32, 32, dtype=torch.float64)
     tokens = model.tower(images)
-    ref = model.lm.final_norm(tokens.mean(1)) @ model.lm.embedding.weight.T
+    ref = model.lm.final_norm(tokens).mean(1) @ model.lm.embedding.weight.T
     torch.testing.assert_close(model.align_logits(images), ref)
 
 
@@ -155,17 +157,25 @@ def test_gradients_reach_every_vision_parameter(kind):
     assert all(p.grad is None for p in model.lm.parameters())
 
 
+class RawPatches(torch.nn.Module):
+    def forward(self, images):
+        return patchify(images)
+
+
 def test_tower_attention_is_not_causal():
-    """Rearranging the bottom-right corner's pixels (image statistics unchanged) changes the
-    first (top-left) token of the tower, and not that of the local direct-patch baseline."""
+    """Changing the bottom-right corner's pixels changes the first (top-left) token of the
+    tower, and not that of the local direct-patch baseline (both fed raw patches here: the
+    image-wide standardization would otherwise reach every token of either)."""
     torch.manual_seed(0)
     tower = VisionTower(CFG).double()
+    tower.preprocess = RawPatches()
     images = torch.rand(1, 3, 32, 32, dtype=torch.float64)
     changed = images.clone()
     changed[..., 28:, 28:] = changed[..., 28:, 28:].flip(-1)
     a, b = tower(images), tower(changed)
     assert (a[:, 0] - b[:, 0]).abs().max() > 1e-6
     direct = DirectPatchBaseline(CFG).double()
+    direct.preprocess = RawPatches()
     torch.testing.assert_close(direct(images)[:, 0], direct(changed)[:, 0])
 
 
@@ -195,3 +205,21 @@ def test_predict_maps_tokens_to_digits():
     assert model.answer_targets(torch.tensor([5, 0, 9])).tolist() == encode("509")
     with pytest.raises(ValueError, match="tower"):
         make_tower("cnn", CFG)
+
+
+@pytest.mark.parametrize("sigma,shape", [(1.5, (2, 3, 32, 32)), (0.7, (1, 3, 9, 13))])
+def test_blur_matches_a_direct_sum_over_the_replicated_neighbourhood(sigma, shape):
+    g = torch.Generator().manual_seed(1)
+    images = torch.rand(shape, generator=g, dtype=torch.float64)
+    kernel = gaussian_kernel(sigma)
+    assert abs(float(kernel.sum()) - 1) < 1e-12
+    out = blur(images, kernel)
+    B, C, H, W = shape
+    ref = torch.zeros_like(images)
+    for i in range(H):
+        for j in range(W):
+            for di in range(-2, 3):
+                for dj in range(-2, 3):
+                    ii, jj = min(max(i + di, 0), H - 1), min(max(j + dj, 0), W - 1)
+                    ref[..., i, j] += kernel[di + 2, dj + 2] * images[..., ii, jj]
+    torch.testing.assert_close(out, ref)

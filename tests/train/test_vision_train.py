@@ -15,6 +15,7 @@ from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import VisionLanguageModel, make_tower
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.vision import (
+    VisionTrainError,
     add_arguments,
     build_model,
     confusion_matrix,
@@ -54,6 +55,7 @@ def test_scope_parameters_select_exactly_the_scope():
     assert names(model, scope_parameters(model, "vision")) == tower
     assert names(model, scope_parameters(model, "vision+last-block")) == tower | last
     assert names(model, scope_parameters(model, "all")) == every
+    assert names(model, scope_parameters(model, "lm")) == every - tower
     assert names(model, scope_parameters(model, "vision")) == tower  # and back again
     assert {n for n, p in model.named_parameters() if p.requires_grad} == tower
 
@@ -80,6 +82,24 @@ def test_training_changes_exactly_the_scope(tmp_path, scope):
     tower_changed = [not torch.equal(a, b) for a, b in zip(
         initial.tower.state_dict().values(), trained.tower.state_dict().values(), strict=True)]
     assert all(tower_changed)
+
+
+def test_scope_lm_trains_the_lm_and_leaves_the_aligned_tower_alone(tmp_path):
+    """Runs differing only in their number of full steps end with the same tower (the align
+    stage set it) and different LMs."""
+    initial = build_model(None, "tiny", "blocks", 0, torch.device("cpu"))
+    runs = []
+    for steps in (1, 3):
+        train_vision(tmp_path / f"run{steps}", train_scope="lm", lr=1e-2,
+                     **{**SMALL, "steps": steps})
+        runs.append(load_vision(tmp_path / f"run{steps}" / "checkpoint"))
+    for a, b in zip(runs[0].tower.state_dict().values(), runs[1].tower.state_dict().values(),
+                    strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.equal(runs[0].tower.merge.weight, initial.tower.merge.weight)
+    assert not torch.equal(runs[0].lm.embedding.weight, runs[1].lm.embedding.weight)
+    with pytest.raises(VisionTrainError, match="align-steps"):
+        train_vision(tmp_path / "none", train_scope="lm", **{**SMALL, "align_steps": 0})
 
 
 def test_a_tiny_model_overfits_a_handful_of_images():
