@@ -49,8 +49,8 @@ class PipelinePlan:
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
-        return cls("25m", PretrainConfig(preset="25m", steps=60, batch_size=32, seq_len=128,
-                                         lr=2e-3, warmup=10, eval_every=20, ckpt_every=20,
+        return cls("25m", PretrainConfig(preset="25m", steps=200, batch_size=32, seq_len=128,
+                                         lr=2e-3, warmup=10, eval_every=50, ckpt_every=50,
                                          keep_checkpoints=3, eval_tasks=0, seed=seed),
                    RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=3e-4,
                             eval_every=24, dev_per_family=8))
