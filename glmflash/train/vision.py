@@ -71,10 +71,14 @@ def build_model(init: str | Path | None, preset: str, tower: str, seed: int,
     return VisionLanguageModel(lm, make_tower(tower, lm.cfg)).to(device)
 
 
-def scope_parameters(vlm: VisionLanguageModel, scope: str) -> list[nn.Parameter]:
-    """Set requires_grad so that exactly the scope trains; return the trainable parameters."""
+def check_scope(scope: str) -> None:
     if scope not in SCOPES:
         raise VisionTrainError(f"unknown train scope {scope!r}; choose from {', '.join(SCOPES)}")
+
+
+def scope_parameters(vlm: VisionLanguageModel, scope: str) -> list[nn.Parameter]:
+    """Set requires_grad so that exactly the scope trains; return the trainable parameters."""
+    check_scope(scope)
     vlm.requires_grad_(scope in ("all", "lm"))
     vlm.tower.requires_grad_(scope != "lm")
     if scope == "vision+last-block":
@@ -98,6 +102,8 @@ def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
     trained parameters and the last loss."""
     params = scope_parameters(vlm, scope)
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
+    trained_moe = [layer.moe for layer in vlm.lm.layers
+                   if any(p.requires_grad for p in layer.moe.parameters())]
     optimizer = make_optimizer(params, lr, weight_decay)
     schedule = PretrainConfig(steps=steps, lr=lr, warmup=min(warmup, steps - 1))
     bar = Progress(steps, enabled=progress, desc=f"vision {stage}")
@@ -122,7 +128,7 @@ def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
         optimizer.step()
         if o is not None:
             for layer, load in zip(vlm.lm.layers, o.load, strict=True):
-                if any(p.requires_grad for p in layer.moe.parameters()):
+                if layer.moe in trained_moe:
                     layer.moe.update_bias(load)
         loss_value = float(loss.detach())
         acc = float((logits.argmax(-1) == targets).float().mean())
@@ -276,9 +282,7 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
                                f"align_steps={align_steps}")
     if tower not in TOWERS:
         raise VisionTrainError(f"unknown tower {tower!r}; choose from {', '.join(TOWERS)}")
-    if train_scope not in SCOPES:
-        raise VisionTrainError(f"unknown train scope {train_scope!r}; choose from "
-                               f"{', '.join(SCOPES)}")
+    check_scope(train_scope)  # before any training, not after the align stage
     if train_scope == "lm" and align_steps == 0:
         raise VisionTrainError("train scope lm freezes the tower, so it needs --align-steps > 0 "
                                "to train it first")

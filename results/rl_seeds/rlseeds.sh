@@ -1,7 +1,7 @@
 #!/bin/bash
 # RL from the pipeline's pretrained checkpoint with three seeds; confirm evaluations before and after.
 set -e
-cd /work/main
+cd "$(dirname "$0")/../.."
 G=.venv/bin/glmflash
 INIT=runs/pipeline/pretrain/run/checkpoints/step_000200
 OUT=runs/rlseeds
