@@ -51,7 +51,8 @@ class PipelinePlan:
     def full(cls, seed: int) -> PipelinePlan:
         return cls("25m", PretrainConfig(preset="25m", steps=200, batch_size=32, seq_len=128,
                                          lr=2e-3, warmup=10, eval_every=50, ckpt_every=50,
-                                         keep_checkpoints=3, eval_tasks=0, seed=seed),
+                                         keep_checkpoints=3, eval_tasks=0, seed=seed,
+                                         optimizer="muon"),
                    RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=3e-4,
                             eval_every=24, dev_per_family=8))
 
@@ -142,6 +143,7 @@ class Pipeline:
         return {"checkpoint": checkpoint, "greedy_pass1_trained": greedy.counts(),
                 "pass8_trained": sampled.counts(TRAINED), "pass8_all": sampled.counts(),
                 "per_family_pass8": {f: v for f, v in sampled.per_family.items()},
+                "per_family_samples": sampled.passing_samples(),
                 "examples": [r for r in greedy.records[:: max(1, p.confirm_per_family)]]}
 
     def vision(self, base: str, folder: Path) -> dict[str, Any]:
@@ -161,6 +163,9 @@ class Pipeline:
         wall["total"] = round(sum(wall.values()), 1)
         families = {f: {"before": before["per_family_pass8"].get(f),
                         "after": after["per_family_pass8"].get(f)} for f in FAMILIES}
+        samples = {f: {w: s["per_family_samples"].get(f) for w, s in (("before", before),
+                                                                        ("after", after))}
+                   for f in FAMILIES}
         usage = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
         return {"preset": self.plan.preset, "seed": self.plan.pretrain.seed,
@@ -175,7 +180,7 @@ class Pipeline:
                        "pass8_trained": {"before": before["pass8_trained"],
                                          "after": after["pass8_trained"]},
                        "pass8_all": {"before": before["pass8_all"], "after": after["pass8_all"]},
-                       "per_family": families,
+                       "per_family": families, "per_family_samples": samples,
                        "trainable_parameters": rl["summary"].get("trainable_parameters"),
                        "rollouts_per_s": rl["summary"].get("rollouts_per_s"),
                        "best_dev": rl["summary"].get("best_dev")},

@@ -27,25 +27,34 @@ def ci(pair: list[float]) -> str:
 
 
 def family_bars(results: dict[str, Any], png: Path) -> None:
+    """Per family, before and after RL: sampled pass@8 and the share of passing samples."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fams = list(results["rl"]["per_family"])
-    rate = {w: [results["rl"]["per_family"][f][w][0] / results["rl"]["per_family"][f][w][1]
-                for f in fams] for w in ("before", "after")}
+    rl = results["rl"]
+    fams = list(rl["per_family"])
+    panels = [("per_family", "sampled pass@8 (confirm)")]
+    if "per_family_samples" in rl:
+        panels.append(("per_family_samples", "passing samples (confirm)"))
     x = np.arange(len(fams))
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.bar(x - 0.2, rate["before"], 0.4, label="before RL")
-    ax.bar(x + 0.2, rate["after"], 0.4, label="after RL")
-    ax.set_xticks(x, fams, rotation=20)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("sampled pass@8 (confirm)")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.5), squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels, strict=True):
+        for shift, when in ((-0.2, "before"), (0.2, "after")):
+            ax.bar(x + shift, [rate(rl[key][f][when]) for f in fams], 0.4,
+                   label=f"{when} RL")
+        ax.set_xticks(x, fams, rotation=30)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(label)
+    axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)
+
+
+def rate(pair: list[float] | None) -> float:
+    return pair[0] / pair[1] if pair and pair[1] else 0.0
 
 
 def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, Any],
@@ -68,10 +77,15 @@ def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, 
               "model) |", "",
               "Intervals are Clopper-Pearson for k of n tasks. pass@8 counts a task solved when "
               "any of 8 samples (temperature 0.8) passes every hidden case.", "",
-              "## Per family (sampled pass@8, confirm)", "",
-              "| family | before | after |", "|---|---|---|"]
+              "## Per family (confirm, 8 samples per task at temperature 0.8)", "",
+              "| family | pass@8 before | pass@8 after | passing samples before | after |",
+              "|---|---|---|---|---|"]
+    samples = rl.get("per_family_samples", {})
     for fam, v in rl["per_family"].items():
-        lines.append(f"| {fam} | {fmt(v['before'])} | {fmt(v['after'])} |")
+        s = samples.get(fam, {})
+        lines.append(f"| {fam} | {fmt(v['before'])} | {fmt(v['after'])} | "
+                     f"{fmt(s['before']) if s.get('before') else '-'} | "
+                     f"{fmt(s['after']) if s.get('after') else '-'} |")
     lines += ["", "![per family](families.png)", "", "## Time and memory", "",
               "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {s:.0f} |" for k, s in wall.items()]

@@ -16,6 +16,9 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     for key in ("greedy_pass1_trained", "pass8_trained", "pass8_all"):
         assert set(rl[key]) == {"before", "after"} and rl[key]["before"][1] > 0
     assert rl["pass8_all"]["before"][1] == 8  # one confirm task per family
+    for fam, v in rl["per_family_samples"].items():  # pass_k = 2 samples of each task
+        assert v["before"][1] == v["after"][1] == 2, fam
+        assert (v["after"][0] > 0) == (rl["per_family"][fam]["after"][0] > 0)
     assert results["vision"]["heldout_correct"][1] == 20
     assert results["peak_memory_bytes"] > 0
     report = (out / "report.md").read_text()

@@ -44,10 +44,19 @@ class EvalResult:
         return [round(sum(self.per_family[f][0] for f in fams), 4),
                 int(sum(self.per_family[f][1] for f in fams))]
 
+    def passing_samples(self) -> dict[str, list[int]]:
+        """family -> [passing samples, samples]: the per-sample pass rate behind pass@k."""
+        out: dict[str, list[int]] = {}
+        for r in self.records:
+            entry = out.setdefault(r["family"], [0, 0])
+            entry[0] += r["status"] == "pass"
+            entry[1] += 1
+        return out
+
     def to_json(self, with_records: bool = True) -> dict[str, Any]:
         data = {"mode": self.mode, "k": self.k, "n_samples": self.n_samples,
                 "pass_rate": self.pass_rate, "solved": self.counts(),
-                "per_family": self.per_family}
+                "per_family": self.per_family, "passing_samples": self.passing_samples()}
         if with_records:
             data["records"] = self.records
         return data

@@ -11,7 +11,10 @@ per token), so the update is the REINFORCE gradient of each completion's probabi
 long completion is not down-weighted; N is the number of completions in the step. A group
 whose rewards are all equal has all A_i = 0: it contributes no gradient and is counted.
 The KL option penalises drift from the initial policy with the k3 estimator per token,
-exp(ref - logp) - (ref - logp) - 1.
+exp(ref - logp) - (ref - logp) - 1. The ptx option (InstructGPT's PPO-ptx) adds
+gamma * (next-token loss on a batch of the pretraining corpus) to every update: the KL term
+holds the policy near its start only on the trained prompts, while the pretraining loss holds
+it there on everything else, the untrained families included.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from glmflash.train.progress import Progress
 
 SCOPES = ("last-block-head", "last-block", "all")
 ROLLOUTS = "rollouts.jsonl"
+PTX_SEQ_LEN = 128
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class RLConfig:
     scope: str = "last-block-head"
     seed: int = 31415
     kl: float = 0.0
+    ptx: float = 0.0  # weight of the pretraining next-token loss mixed into each update
+    ptx_batch: int = 8  # rows of PTX_SEQ_LEN tokens of the pretraining corpus per update
     normalize_std: bool = False
     max_new_tokens: int = 48
     eval_every: int = 24  # groups between dev evaluations
@@ -88,6 +94,8 @@ class RLConfig:
             raise ValueError(f"reward must be binary or partial, got {self.reward!r}")
         if self.temperature <= 0:
             raise ValueError("temperature must be positive for sampling")
+        if self.kl < 0 or self.ptx < 0 or self.ptx_batch < 1:
+            raise ValueError("kl and ptx must be non-negative and ptx batch positive")
 
 
 def rloo_advantages(rewards: Tensor, normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
@@ -182,6 +190,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     reference = None
     if cfg.kl > 0:
         reference = copy.deepcopy(model).eval().requires_grad_(False)
+    ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     start = 0
@@ -200,7 +209,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     g = start
     while g < cfg.groups:
         batch = order[g: min(cfg.groups, g + cfg.tasks_per_step)]
-        stats = _rl_step(model, reference, optimizer, params, batch, g, cfg, out)
+        stats = _rl_step(model, reference, ptx, optimizer, params, batch, g, cfg, out)
         g += len(batch)
         n_rollouts += len(batch) * cfg.group_size
         stats.update(step=g, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
@@ -221,7 +230,14 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     return summary
 
 
-def _rl_step(model, reference, optimizer, params, batch: list[CodeTask], g0: int,
+def ptx_stream(cfg: RLConfig, context: int):
+    """The pretraining corpus ("tasks", train split) as a packed stream for the ptx term."""
+    from glmflash.data.stream import PackedStream, make_corpus
+    return PackedStream(make_corpus("tasks", cfg.seed), seq_len=min(PTX_SEQ_LEN, context),
+                        seed=derive_seed("ptx", cfg.seed))
+
+
+def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,
              cfg: RLConfig, out: Path) -> dict[str, Any]:
     """Sample, verify and reward G completions for each task of `batch`; one update."""
     from glmflash.verify import verify_many
@@ -247,8 +263,9 @@ def _rl_step(model, reference, optimizer, params, batch: list[CodeTask], g0: int
                                       "passed": v.passed, "total": v.total,
                                       "reward": float(rewards.flatten()[i]),
                                       "advantage": float(adv[i])})
+    lm_batch = ptx.batch(g0 // cfg.tasks_per_step, cfg.ptx_batch) if ptx is not None else None
     loss_value = rloo_update(model, reference, optimizer, params, prompts, completions,
-                             adv, cfg)
+                             adv, cfg, lm_batch)
     statuses = [v.status for v in verdicts]
     return {"reward_mean": float(rewards.mean()), "pass_rate": statuses.count("pass") / len(
         statuses), "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses)
@@ -257,9 +274,12 @@ def _rl_step(model, reference, optimizer, params, batch: list[CodeTask], g0: int
 
 
 def rloo_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
-                prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig) -> float:
+                prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig,
+                lm_batch: tuple[Tensor, Tensor] | None = None) -> float:
     """One policy-gradient step on the completions with nonzero advantage; returns the loss.
-    The scored tokens are exactly the sampled ones: the body, plus EOS when it ended there."""
+    The scored tokens are exactly the sampled ones: the body, plus EOS when it ended there.
+    `lm_batch` (x, y) adds cfg.ptx times its next-token loss; a step with no advantage is
+    skipped whole, so a group without reward spread still moves nothing."""
     sel = (adv != 0).nonzero().flatten().tolist()
     if not sel:
         return 0.0
@@ -275,6 +295,9 @@ def rloo_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
     a = adv[sel].to(device=logp.device, dtype=logp.dtype)
     # the mean runs over all N completions: zero-advantage ones add nothing but count
     loss = policy_loss(logp, mask, a, ref, cfg.kl) * len(sel) / len(adv)
+    if lm_batch is not None:
+        x, y = (t.to(logp.device) for t in lm_batch)
+        loss = loss + cfg.ptx * model(x, y).loss
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -339,6 +362,9 @@ def add_arguments(p) -> None:
     p.add_argument("--scope", choices=SCOPES, default=d.scope)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--kl", type=float, default=d.kl, help="KL penalty to the initial policy")
+    p.add_argument("--ptx", type=float, default=d.ptx,
+                   help="weight of the pretraining-corpus next-token loss in each update")
+    p.add_argument("--ptx-batch", type=int, default=d.ptx_batch)
     p.add_argument("--normalize-std", action="store_true")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--eval-every", type=int, default=d.eval_every)
@@ -353,7 +379,8 @@ def config_from_args(args) -> RLConfig:
                     tasks_per_step=args.tasks_per_step, temperature=args.temperature,
                     top_p=args.top_p, lr=args.lr, reward=args.reward,
                     invalid_penalty=args.invalid_penalty, scope=args.scope, seed=args.seed,
-                    kl=args.kl, normalize_std=args.normalize_std,
+                    kl=args.kl, ptx=args.ptx, ptx_batch=args.ptx_batch,
+                    normalize_std=args.normalize_std,
                     max_new_tokens=args.max_new_tokens, eval_every=args.eval_every,
                     dev_per_family=args.dev_per_family)
 

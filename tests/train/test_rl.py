@@ -12,6 +12,7 @@ from glmflash.train.checkpoint import save_model
 from glmflash.train.rl import (
     RLConfig,
     policy_loss,
+    ptx_stream,
     rloo_advantages,
     rloo_update,
     sequence_logprobs,
@@ -83,6 +84,32 @@ def test_equal_rewards_give_zero_gradient():
     assert all(p.grad is None or not p.grad.any() for p in params)
 
 
+def test_ptx_adds_the_pretraining_loss():
+    """The returned loss is the policy loss plus ptx times the next-token loss of the batch,
+    both taken before the update; a step with no advantage skips the ptx term too."""
+    model = tiny_model()
+    set_scope(model, "all")
+    comps = generate(model, ["def f(x):\n"] * 4, max_new_tokens=5, temperature=1.0, seed=0)
+    prompts = [c.prompt_ids for c in comps]
+    adv = rloo_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
+    cfg = RLConfig(ptx=0.5, ptx_batch=2)
+    x, y = ptx_stream(cfg, model.cfg.context).batch(0, cfg.ptx_batch)
+    assert x.shape == (2, model.cfg.context)
+    model.train()
+    with torch.no_grad():
+        ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
+        logp, mask, _ = sequence_logprobs(model, prompts, ids)
+        expected = float(policy_loss(logp, mask, adv.float()) + 0.5 * model(x, y).loss)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    assert rloo_update(model, None, opt, params, prompts, comps, adv, cfg, (x, y)) == \
+        pytest.approx(expected, rel=1e-5)
+    before = [p.detach().clone() for p in params]
+    assert rloo_update(model, None, opt, params, prompts, comps, torch.zeros(4), cfg,
+                       (x, y)) == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+
+
 @pytest.mark.parametrize("scope", ["last-block-head", "last-block", "all"])
 def test_scopes_freeze_exactly(scope):
     model = tiny_model()
@@ -136,7 +163,7 @@ def test_rl_command_end_to_end_and_resume(tmp_path):
     args = ["rl", "--init", str(tmp_path / "ck"), "--out", str(tmp_path / "o"), "--groups", "4",
             "--group-size", "3", "--tasks-per-step", "2", "--eval-every", "2",
             "--dev-per-family", "1", "--max-new-tokens", "8", "--families", "double,even",
-            "--device", "cpu"]
+            "--kl", "0.1", "--ptx", "0.5", "--ptx-batch", "2", "--device", "cpu"]
     assert main(args) == 0
     rows = (tmp_path / "o" / "rollouts.jsonl").read_text().splitlines()
     assert len(rows) == 12 and (tmp_path / "o" / "rl.png").is_file()
