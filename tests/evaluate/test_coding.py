@@ -19,7 +19,8 @@ def test_passing_samples_by_hand():
 def test_sampled_scores_follow_the_records():
     todo = tasks("dev", ["increment", "even"], per_family=2, seed=0)
     torch.manual_seed(0)
-    res = evaluate_tasks(GLMFlash(model_config("tiny")), todo, "sample", samples=3, k=2, seed=1, max_new_tokens=6)
+    res = evaluate_tasks(GLMFlash(model_config("tiny")), todo, "sample", samples=3, k=2,
+                         seed=1, max_new_tokens=6)
     assert len(res.records) == 12 and res.to_json()["passing_samples"] == res.passing_samples()
     for family in ("increment", "even"):
         mine = [r for r in res.records if r["family"] == family]

@@ -52,6 +52,7 @@ def test_quick_grid_runs_from_a_checkpoint(tmp_path):
         m = record["metrics"]
         assert m["dev_total"] == 2 * 3 and 0 <= m["dev_passed"] <= m["dev_total"]
         assert m["dev_pass1"] == m["dev_passed"] / m["dev_total"]
+        assert 0 <= m["untrained_pass1"] <= 1
         assert 0 <= m["invalid_rate"] <= 1
     assert "baseline" in (out / "rl-ablations" / "report.md").read_text()
 
