@@ -60,7 +60,8 @@ class PipelinePlan:
     def quick(cls, seed: int) -> PipelinePlan:
         return cls("tiny", PretrainConfig(preset="tiny", steps=6, batch_size=4, seq_len=64,
                                           warmup=2, eval_every=3, ckpt_every=3, eval_batches=1,
-                                          keep_checkpoints=2, eval_tasks=0, seed=seed),
+                                          keep_checkpoints=2, eval_tasks=0, seed=seed,
+                                          optimizer="muon"),
                    RLConfig(groups=2, group_size=4, tasks_per_step=2, seed=seed, eval_every=2,
                             dev_per_family=1, max_new_tokens=12),
                    confirm_per_family=1, pass_k=2, vision_steps=3, vision_align_steps=3,
