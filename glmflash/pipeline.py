@@ -49,8 +49,8 @@ class PipelinePlan:
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
-        return cls("25m", PretrainConfig(preset="25m", steps=200, batch_size=32, seq_len=128,
-                                         lr=2e-3, warmup=10, eval_every=50, ckpt_every=50,
+        return cls("25m", PretrainConfig(preset="25m", steps=160, batch_size=32, seq_len=128,
+                                         lr=2e-3, warmup=10, eval_every=40, ckpt_every=40,
                                          keep_checkpoints=3, eval_tasks=0, seed=seed,
                                          optimizer="muon"),
                    RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=3e-4,

@@ -5,7 +5,10 @@ semi-orthogonal matrix, approximated by a quintic Newton-Schulz iteration:
     X <- a X + (b A + c A^2) X,  A = X X^T,  (a, b, c) = (3.4445, -4.7750, 2.0315).
 The update is scaled by 0.2 * sqrt(max(rows, cols)) so its RMS matches AdamW's and one learning
 rate serves both (Liu et al. 2025). Stacked expert weights [E, rows, cols] are orthogonalised
-per expert. The embedding (also the tied head) stays with AdamW, as Muon prescribes.
+per expert. The iteration runs in bf16, as in Jordan's implementation: it only has to bring the
+singular values near 1, and on this CPU bf16 halves its time (0.68 -> 0.36 s per 25m step, most
+of it the 288 expert matrices). The embedding (also the tied head) stays with AdamW, as Muon
+prescribes.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import torch
 from torch import Tensor, nn
 
 
-def newton_schulz(g: Tensor, steps: int = 5) -> Tensor:
-    """Approximately orthogonalise the last two dims of g (U V^T of its SVD)."""
+def newton_schulz(g: Tensor, steps: int = 5, dtype: torch.dtype = torch.bfloat16) -> Tensor:
+    """Approximately orthogonalise the last two dims of g (U V^T of its SVD), computing in dtype."""
     a, b, c = 3.4445, -4.7750, 2.0315
-    x = g.float()
+    x = g.to(dtype)
     transpose = x.shape[-2] > x.shape[-1]
     if transpose:
         x = x.mT

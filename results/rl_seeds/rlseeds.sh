@@ -5,7 +5,7 @@
 set -e
 cd "$(dirname "$0")/../.."
 G=.venv/bin/glmflash
-INIT=${INIT:-runs/pipeline/pretrain/run/checkpoints/step_000200}
+INIT=${INIT:-runs/pipeline/pretrain/run/checkpoints/step_000160}
 OUT=${OUT:-runs/rlseeds}
 JOBS=${JOBS:-1}
 mkdir -p $OUT
