@@ -2,13 +2,17 @@
 
 Every condition starts from the same pretrained checkpoint (`--set init=DIR`, e.g. the
 pipeline's selected pretraining checkpoint) and changes one setting of the baseline
-(binary reward, invalid penalty -0.1, temperature 0.8, group size 16):
+(binary reward, invalid penalty -0.1, temperature 0.8, group size 16, lr 3e-4):
 
     partial              reward = fraction of the cases passed (+ the same penalty)
     penalty-0, penalty-1 invalid penalty 0 or -1
     temp-0.2             sampling temperature 0.2
     group-4, group-8     groups of 4 or 8 completions (the same tasks, fewer rollouts)
     ptx-1                plus the pretraining next-token loss, weight 1 (--ptx 1)
+    lr-1e-4              a third of the learning rate
+    kl-0.1               plus a KL penalty to the initial policy, beta 0.1 (--kl 0.1)
+
+The last three are the candidate remedies for RL drifting away from a strong base.
 
 The seed (31415, 27182, 16180) sets the RL task order and the sampling; the evaluation is
 greedy pass@1 of the final policy (no checkpoint selection, so the dev set is not also used
@@ -35,13 +39,13 @@ BASELINE: dict[str, Any] = {
     "init": None, "families": ["increment", "double", "even"], "groups": 96,
     "group_size": 16, "tasks_per_step": 4, "temperature": 0.8, "lr": 3e-4,
     "reward": "binary", "invalid_penalty": -0.1, "scope": "last-block-head",
-    "ptx": 0.0, "dev_per_family": 40, "max_new_tokens": 48,
+    "kl": 0.0, "ptx": 0.0, "dev_per_family": 40, "max_new_tokens": 48,
 }
 CHANGES: dict[str, dict[str, Any]] = {
     "baseline": {}, "partial": {"reward": "partial"},
     "penalty-0": {"invalid_penalty": 0.0}, "penalty-1": {"invalid_penalty": -1.0},
     "temp-0.2": {"temperature": 0.2}, "group-4": {"group_size": 4}, "group-8": {"group_size": 8},
-    "ptx-1": {"ptx": 1.0},
+    "ptx-1": {"ptx": 1.0}, "lr-1e-4": {"lr": 1e-4}, "kl-0.1": {"kl": 0.1},
 }
 
 
