@@ -11,8 +11,11 @@ pipeline's selected pretraining checkpoint) and changes one setting of the basel
     ptx-1                plus the pretraining next-token loss, weight 1 (--ptx 1)
     lr-1e-4              a third of the learning rate
     kl-0.1               plus a KL penalty to the initial policy, beta 0.1 (--kl 0.1)
+    lr-0                 the control: sampled, scored and stepped exactly as the baseline
+                         but with learning rate 0, so the final policy is the starting one
 
-The last three are the candidate remedies for RL drifting away from a strong base.
+ptx-1, lr-1e-4 and kl-0.1 are the candidate remedies for RL drifting away from a strong
+base; lr-0 says whether RL from this base improves on it at all.
 
 The seed (31415, 27182, 16180) sets the RL task order and the sampling; the evaluation is
 greedy pass@1 of the final policy (no checkpoint selection, so the dev set is not also used
@@ -46,6 +49,7 @@ CHANGES: dict[str, dict[str, Any]] = {
     "penalty-0": {"invalid_penalty": 0.0}, "penalty-1": {"invalid_penalty": -1.0},
     "temp-0.2": {"temperature": 0.2}, "group-4": {"group_size": 4}, "group-8": {"group_size": 8},
     "ptx-1": {"ptx": 1.0}, "lr-1e-4": {"lr": 1e-4}, "kl-0.1": {"kl": 0.1},
+    "lr-0": {"lr": 0.0},
 }
 
 

@@ -94,6 +94,9 @@ class RLConfig:
             raise ValueError(f"reward must be binary or partial, got {self.reward!r}")
         if self.temperature <= 0:
             raise ValueError("temperature must be positive for sampling")
+        if self.lr < 0:
+            raise ValueError(f"learning rate must be non-negative (0 updates nothing), got "
+                             f"{self.lr}")
         if self.kl < 0 or self.ptx < 0 or self.ptx_batch < 1:
             raise ValueError("kl and ptx must be non-negative and ptx batch positive")
 
@@ -192,7 +195,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
         reference = copy.deepcopy(model).eval().requires_grad_(False)
     ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    optimizer = rl_optimizer(params, cfg)
     start = 0
     if resume and checkpoint_dirs(out):
         start = load_training_state(checkpoint_dirs(out)[-1], model, optimizer)
@@ -235,6 +238,11 @@ def ptx_stream(cfg: RLConfig, context: int):
     from glmflash.data.stream import PackedStream, make_corpus
     return PackedStream(make_corpus("tasks", cfg.seed), seq_len=min(PTX_SEQ_LEN, context),
                         seed=derive_seed("ptx", cfg.seed))
+
+
+def rl_optimizer(params: list[Tensor], cfg: RLConfig) -> torch.optim.Optimizer:
+    """AdamW without weight decay, so that lr 0 (rl-ablations' control) changes nothing."""
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
 
 
 def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,

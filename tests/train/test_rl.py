@@ -13,6 +13,7 @@ from glmflash.train.rl import (
     RLConfig,
     policy_loss,
     ptx_stream,
+    rl_optimizer,
     rloo_advantages,
     rloo_update,
     sequence_logprobs,
@@ -108,6 +109,30 @@ def test_ptx_adds_the_pretraining_loss():
     assert rloo_update(model, None, opt, params, prompts, comps, torch.zeros(4), cfg,
                        (x, y)) == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+
+
+@pytest.mark.parametrize("lr", [0.0, 1e-3])
+def test_zero_learning_rate_keeps_the_starting_policy_bit_identical(lr):
+    """rl-ablations' control (lr 0) samples, scores and steps with real gradients, but must
+    end where it began; the same steps at lr 1e-3 move most of the tensors that got a gradient."""
+    model = tiny_model(2)
+    cfg = RLConfig(group_size=4, lr=lr, scope="all", kl=0.1)
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    opt = rl_optimizer(params, cfg)
+    for step in range(3):
+        comps = generate(model, ["def f(a):"] * 4, max_new_tokens=6, temperature=1.0, seed=step)
+        r = torch.tensor([[0.0, 1.0, 0.0, 1.0]], dtype=torch.float64)
+        rloo_update(model, tiny_model(2), opt, params, [c.prompt_ids for c in comps], comps,
+                    rloo_advantages(r).flatten(), cfg)
+    same = [torch.equal(a, b) for a, b in zip(before, params, strict=True)]
+    moved = [not s for s, p in zip(same, params, strict=True) if p.grad is not None]
+    assert all(same) if lr == 0 else sum(moved) > len(moved) // 2
+
+
+def test_negative_learning_rate_is_refused():
+    with pytest.raises(ValueError, match="non-negative"):
+        RLConfig(lr=-1e-4)
 
 
 @pytest.mark.parametrize("scope", ["last-block-head", "last-block", "all"])
