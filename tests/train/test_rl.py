@@ -119,12 +119,12 @@ def test_zero_learning_rate_keeps_the_starting_policy_bit_identical(lr):
     cfg = RLConfig(group_size=4, lr=lr, scope="all", kl=0.1)
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
-    opt = rl_optimizer(params, cfg)
+    opt, reference = rl_optimizer(params, cfg), tiny_model(2)
+    adv = rloo_advantages(torch.tensor([[0.0, 1.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
     for step in range(3):
         comps = generate(model, ["def f(a):"] * 4, max_new_tokens=6, temperature=1.0, seed=step)
-        r = torch.tensor([[0.0, 1.0, 0.0, 1.0]], dtype=torch.float64)
-        rloo_update(model, tiny_model(2), opt, params, [c.prompt_ids for c in comps], comps,
-                    rloo_advantages(r).flatten(), cfg)
+        rloo_update(model, reference, opt, params, [c.prompt_ids for c in comps], comps, adv,
+                    cfg)
     same = [torch.equal(a, b) for a, b in zip(before, params, strict=True)]
     moved = [not s for s, p in zip(same, params, strict=True) if p.grad is not None]
     assert all(same) if lr == 0 else sum(moved) > len(moved) // 2
