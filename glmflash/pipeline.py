@@ -53,8 +53,8 @@ class PipelinePlan:
                                          lr=2e-3, warmup=10, eval_every=40, ckpt_every=40,
                                          keep_checkpoints=3, eval_tasks=0, seed=seed,
                                          optimizer="muon"),
-                   RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=3e-4,
-                            eval_every=24, dev_per_family=8))
+                   RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=1e-4,
+                            eval_every=32, dev_per_family=40))
 
     @classmethod
     def quick(cls, seed: int) -> PipelinePlan:

@@ -74,8 +74,8 @@ class RLConfig:
     ptx_batch: int = 8  # rows of PTX_SEQ_LEN tokens of the pretraining corpus per update
     normalize_std: bool = False
     max_new_tokens: int = 48
-    eval_every: int = 24  # groups between dev evaluations
-    dev_per_family: int = 8
+    eval_every: int = 32  # groups between dev evaluations
+    dev_per_family: int = 40  # 24 dev tasks were too few to choose a checkpoint on
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:

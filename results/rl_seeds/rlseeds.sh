@@ -17,7 +17,7 @@ ev() {  # checkpoint, name
 }
 one() {  # seed
   rm -rf $OUT/rl_$1
-  /usr/bin/time -f "rl seed $1: %e s" $G rl --init $INIT --out $OUT/rl_$1 --groups 96 --group-size 16 --tasks-per-step 4 --lr 3e-4 --seed $1 --eval-every 24 --dev-per-family 8 $RLARGS 2>&1 | grep -v "^rl group" | tail -3
+  /usr/bin/time -f "rl seed $1: %e s" $G rl --init $INIT --out $OUT/rl_$1 --groups 96 --group-size 16 --tasks-per-step 4 --lr 1e-4 --seed $1 --eval-every 32 --dev-per-family 40 $RLARGS 2>&1 | grep -v "^rl group" | tail -3
   ev $OUT/rl_$1/best after_$1
 }
 [ -f $OUT/before_pass8.json ] || ev $INIT before &
