@@ -45,7 +45,7 @@ class PipelinePlan:
     vision_steps: int = 100  # full steps through the LM, after the tower's align steps
     vision_align_steps: int = 2000
     vision_eval: int = 1000
-    max_new_tokens: int = 48
+    max_new_tokens: int = 64  # confirm evaluation, as glmflash eval; RL keeps its own budget
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
