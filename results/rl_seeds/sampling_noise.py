@@ -1,0 +1,15 @@
+"""The starting model, the pipeline's confirm tasks, three sampling seeds: how far each family's
+passing samples (of 64) move with no training at all. Output: sampling_noise.txt.
+Needs runs/pipeline from `glmflash pipeline`.
+Run: .venv/bin/python results/rl_seeds/sampling_noise.py > results/rl_seeds/sampling_noise.txt
+"""
+from glmflash.data.code_tasks import FAMILIES, tasks
+from glmflash.evaluate.coding import evaluate_tasks
+from glmflash.train.checkpoint import load_model
+
+model, _ = load_model("runs/pipeline/pretrain/run/checkpoints/step_000160", "cpu")
+todo = tasks("confirm", FAMILIES, per_family=8, seed=0)
+for seed in (0, 1, 2):
+    r = evaluate_tasks(model, todo, "sample", samples=8, temperature=0.8, seed=seed,
+                       max_new_tokens=64)
+    print(f"sampling seed {seed}:", {f: v[0] for f, v in r.passing_samples().items()}, flush=True)
