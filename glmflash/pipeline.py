@@ -27,6 +27,7 @@ from typing import Any
 
 from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
+from glmflash.evaluate.coding import MAX_NEW_TOKENS
 from glmflash.train.rl import RLConfig
 
 TRAINED = ("increment", "double", "even")
@@ -45,7 +46,7 @@ class PipelinePlan:
     vision_steps: int = 100  # full steps through the LM, after the tower's align steps
     vision_align_steps: int = 2000
     vision_eval: int = 1000
-    max_new_tokens: int = 64  # confirm evaluation, as glmflash eval; RL keeps its own budget
+    max_new_tokens: int = MAX_NEW_TOKENS  # confirm evaluation; RL keeps its own budget
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
@@ -53,8 +54,7 @@ class PipelinePlan:
                                          lr=2e-3, warmup=10, eval_every=40, ckpt_every=40,
                                          keep_checkpoints=3, eval_tasks=0, seed=seed,
                                          optimizer="muon"),
-                   RLConfig(groups=96, group_size=16, tasks_per_step=4, seed=seed, lr=1e-4,
-                            eval_every=32, dev_per_family=40))
+                   RLConfig(seed=seed))  # glmflash rl's defaults are the pipeline's RL stage
 
     @classmethod
     def quick(cls, seed: int) -> PipelinePlan:

@@ -17,6 +17,8 @@ from glmflash.evaluate.passk import pass_at_k
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
 
+MAX_NEW_TOKENS = 64  # evaluation budget per completion: room for the multi-line bodies
+
 
 @dataclass
 class EvalResult:
@@ -69,7 +71,8 @@ def completion_source(task: CodeTask, completion: str) -> str:
 
 def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "greedy",
                    samples: int = 8, k: int | None = None, temperature: float = 0.8,
-                   top_p: float = 1.0, seed: int = 0, max_new_tokens: int = 64) -> EvalResult:
+                   top_p: float = 1.0, seed: int = 0,
+                   max_new_tokens: int = MAX_NEW_TOKENS) -> EvalResult:
     """Greedy pass@1 (mode 'greedy') or sampled pass@k over `samples` draws per task."""
     from glmflash.verify import verify_many
 
@@ -115,7 +118,7 @@ def add_arguments(p) -> None:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="task seed and sampling seed")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=None, help="JSON file for every prompt, completion, verdict")
 

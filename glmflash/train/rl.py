@@ -58,6 +58,8 @@ PTX_SEQ_LEN = 128
 
 @dataclass(frozen=True)
 class RLConfig:
+    """The defaults are the pipeline's RL stage."""
+
     families: tuple[str, ...] = ("increment", "double", "even")
     groups: int = 96  # tasks, each one group of G completions
     group_size: int = 16

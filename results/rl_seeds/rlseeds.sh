@@ -1,7 +1,8 @@
 #!/bin/bash
-# RL from the pipeline's pretrained checkpoint with three seeds; confirm evaluations before and
-# after. Settings by environment: OUT (default runs/rlseeds), INIT, RLARGS (extra rl flags,
-# e.g. "--ptx 1"), JOBS (seeds run at once, one thread each; default 1, with all threads).
+# RL from the pipeline's pretrained checkpoint with three seeds (glmflash rl's defaults are the
+# pipeline's RL stage); confirm evaluations before and after. Settings by environment: OUT
+# (default runs/rlseeds), INIT, RLARGS (extra rl flags, e.g. "--ptx 1"), JOBS (seeds run at
+# once, one thread each; default 1, with all threads).
 set -e
 cd "$(dirname "$0")/../.."
 G=.venv/bin/glmflash
@@ -17,7 +18,7 @@ ev() {  # checkpoint, name
 }
 one() {  # seed
   rm -rf $OUT/rl_$1
-  /usr/bin/time -f "rl seed $1: %e s" $G rl --init $INIT --out $OUT/rl_$1 --groups 96 --group-size 16 --tasks-per-step 4 --lr 1e-4 --seed $1 --eval-every 32 --dev-per-family 40 $RLARGS 2>&1 | grep -v "^rl group" | tail -3
+  /usr/bin/time -f "rl seed $1: %e s" $G rl --init $INIT --out $OUT/rl_$1 --seed $1 $RLARGS 2>&1 | grep -v "^rl group" | tail -3
   ev $OUT/rl_$1/best after_$1
 }
 [ -f $OUT/before_pass8.json ] || ev $INIT before &
