@@ -158,6 +158,17 @@ class Pipeline:
                            eval_size=self.plan.vision_eval, device=self.device)
         return {"heldout_correct": res["heldout_correct"], "train_correct": res["train_correct"]}
 
+    def machine(self) -> dict[str, Any]:
+        """The machine the timings were taken on, with the precision choices of pretraining."""
+        from glmflash.device import autocast_dtype, resolve_device
+        from glmflash.machine import fast_matmul_dtype, machine_record
+
+        dev = resolve_device(self.device)
+        choices = {"autocast": autocast_dtype(dev, self.plan.pretrain.precision) or "none"}
+        if self.plan.pretrain.optimizer == "muon":
+            choices["newton_schulz"] = fast_matmul_dtype(dev)
+        return machine_record(dev, **choices)
+
     def results(self, pre, before, rl, after, vision) -> dict[str, Any]:
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
         wall = {k: round(v["wall_seconds"], 1) for k, v in stages.items()}
@@ -170,7 +181,7 @@ class Pipeline:
         usage = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
         return {"preset": self.plan.preset, "seed": self.plan.pretrain.seed,
-                "wall_seconds": wall, "peak_memory_bytes": usage * 1024,
+                "machine": self.machine(), "wall_seconds": wall, "peak_memory_bytes": usage * 1024,
                 "pretrain": {"steps": pre["summary"].get("steps"),
                              "dev_loss": pre["summary"].get("dev_loss"),
                              "loss": pre["summary"].get("loss"),

@@ -57,6 +57,17 @@ def rate(pair: list[float] | None) -> float:
     return pair[0] / pair[1] if pair and pair[1] else 0.0
 
 
+def machine_line(m: dict[str, Any] | None) -> str:
+    """The machine under a table of timings, in one sentence."""
+    if not m:
+        return "Machine: not recorded."
+    dtypes = ", ".join(f"{k} {v}" for k, v in m["dtypes"].items()) or "-"
+    limits = f", limited by {m['isa_limits']}" if m.get("isa_limits") else ""
+    return (f"Machine: {m['cpu']}, {m['cores']} cores ({m['threads']} torch threads), CPU "
+            f"capability {m['cpu_capability']}{limits}, torch {m['torch']}; a bf16 matmul ran "
+            f"{m['bf16_matmul_speedup']:.2g}x as fast as fp32, so the dtypes were: {dtypes}.")
+
+
 def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, Any],
                           after: dict[str, Any]) -> Path:
     for src, name in ((out / "pretrain" / "run" / "loss.png", "loss.png"),
@@ -89,7 +100,8 @@ def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, 
     lines += ["", "![per family](families.png)", "", "## Time and memory", "",
               "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {s:.0f} |" for k, s in wall.items()]
-    lines += ["", f"Peak memory: {results['peak_memory_bytes'] / 2**30:.2f} GiB. "
+    lines += ["", machine_line(results.get("machine")), "",
+              f"Peak memory: {results['peak_memory_bytes'] / 2**30:.2f} GiB. "
               f"RL trained {rl['trainable_parameters']:,} parameters at "
               f"{rl['rollouts_per_s']:.1f} rollouts/s.", "",
               "## Curves", "", "![loss](loss.png)", "", "![reward](reward.png)", "",

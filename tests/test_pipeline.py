@@ -21,8 +21,10 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
         assert (v["after"][0] > 0) == (rl["per_family"][fam]["after"][0] > 0)
     assert results["vision"]["heldout_correct"][1] == 20
     assert results["peak_memory_bytes"] > 0
+    assert results["machine"]["dtypes"]["newton_schulz"] in ("float32", "bfloat16")
     report = (out / "report.md").read_text()
     assert "greedy pass@1" in report and "## Example generations" in report
+    assert f"CPU capability {results['machine']['cpu_capability']}" in report
     assert (out / "families.png").stat().st_size > 0
     capsys.readouterr()
     # a second run finds every stage done and only rewrites the report

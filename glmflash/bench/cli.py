@@ -10,8 +10,10 @@ baselines, both measured in the same run.
 
 With --json: one JSON object, the raw figures beside `ratios`, which maps each comparison to
 our speed / the baseline's (for memory: the baseline's peak / ours), so higher is better;
-`peak_fraction` is the share of the measured matmul peak (the faster of fp32 and bf16) that
-the train step's model FLOP/s reach. Progress goes to stderr.
+`peak_fraction` is the share of the measured fp32 matmul peak that the fp32 train step's model
+FLOP/s reach, `peak_fraction_bf16` that of the bf16 peak reached by the bf16-autocast step.
+Every object carries `environment`: the CPU model, cores, torch's CPU capability and version,
+and the measured bf16/fp32 matmul speed. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from typing import Any
 
@@ -80,30 +81,11 @@ def load_average() -> list[float] | None:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
-def cpu_info() -> tuple[str, bool | None]:
-    """The CPU's name, and whether it has bf16 instructions (None: unknown, not Linux)."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine(), None
-    flags = set(info.get("flags", "").split())
-    name = info.get("model name", platform.machine())
-    return name, bool(flags & {"avx512_bf16", "amx_bf16"})
-
-
 def environment(device: Any) -> dict[str, Any]:
-    import torch
+    """The machine beside every figure (`machine.machine_record`) and the load on it."""
+    from glmflash.machine import machine_record
 
-    cpu, native_bf16 = cpu_info()
-    return {"torch": torch.__version__, "device": str(device), "cpu": cpu,
-            "cpu_native_bf16": native_bf16,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "load_average": load_average()}
+    return {**machine_record(device), "load_average": load_average()}
 
 
 def run_section(which: str, args: argparse.Namespace, cfg: ModelConfig,

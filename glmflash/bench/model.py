@@ -10,8 +10,9 @@ Measured in one run, so that every figure sees the same machine:
     inputs and weights), with the peak tensor memory of each.
 
 Model FLOPs per step = 6 * active parameters * tokens + 3 * attention FLOPs (forward, and twice
-that for backward), with the attention FLOPs of `attention_flops`; `peak_fraction` divides the
-model FLOP/s by the faster of the two matmul peaks (on CPUs without bf16 instructions, fp32).
+that for backward), with the attention FLOPs of `attention_flops`. Each step's `peak_fraction`
+divides its model FLOP/s by the matmul peak of its own precision: the fp32 step by the fp32
+peak, the bf16-autocast step by the bf16 peak (ratios: `peak_fraction`, `peak_fraction_bf16`).
 """
 
 from __future__ import annotations
@@ -201,9 +202,8 @@ def bench_model(cfg: ModelConfig, batch_size: int = 32, seq_len: int = 128, repe
     train = {}
     for name, s in seconds.items():
         train[name] = {"seconds": s, "tokens_per_s": tokens / s, "model_gflops": flops / s / 1e9}
-    best_peak = max(peak[p]["gflops"] for p in precisions)  # the machine's matmul peak
-    for p in precisions:
-        train[p]["peak_fraction"] = train[p]["model_gflops"] / best_peak
+    for p in precisions:  # each step against the peak of its own matmul dtype
+        train[p]["peak_fraction"] = train[p]["model_gflops"] / peak[p]["gflops"]
 
     ratios = {"train_step_vs_naive": seconds["naive_fp32"] / seconds["fp32"],
               "peak_fraction": train["fp32"]["peak_fraction"]}

@@ -5,10 +5,12 @@ semi-orthogonal matrix, approximated by a quintic Newton-Schulz iteration:
     X <- a X + (b A + c A^2) X,  A = X X^T,  (a, b, c) = (3.4445, -4.7750, 2.0315).
 The update is scaled by 0.2 * sqrt(max(rows, cols)) so its RMS matches AdamW's and one learning
 rate serves both (Liu et al. 2025). Stacked expert weights [E, rows, cols] are orthogonalised
-per expert. The iteration runs in bf16, as in Jordan's implementation: it only has to bring the
-singular values near 1, and on this CPU bf16 halves its time (results/muon_ns.py: 0.73 -> 0.38 s
-per 25m step, most of it the 288 expert matrices). The embedding (also the tied head) stays
-with AdamW, as Muon prescribes.
+per expert. The iteration only has to bring the singular values near 1, so it may run in bf16,
+as in Jordan's implementation, where bf16 is fast: `machine.fast_matmul_dtype` measures that
+once per process. On an AVX-512 CPU with bf16 instructions bf16 halves the optimizer's time
+(results/muon_ns.py: 0.73 -> 0.38 s per 25m step, most of it the 288 expert matrices); on an
+AVX2-only CPU a bf16 matmul is about 50x slower than fp32 and the iteration stays in fp32.
+The embedding (also the tied head) stays with AdamW, as Muon prescribes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 
-def newton_schulz(g: Tensor, steps: int = 5, dtype: torch.dtype = torch.bfloat16) -> Tensor:
+def newton_schulz(g: Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> Tensor:
     """Approximately orthogonalise the last two dims of g (U V^T of its SVD), computing in dtype."""
     a, b, c = 3.4445, -4.7750, 2.0315
     x = g.to(dtype)
@@ -35,9 +37,10 @@ def newton_schulz(g: Tensor, steps: int = 5, dtype: torch.dtype = torch.bfloat16
 
 class Muon(torch.optim.Optimizer):
     def __init__(self, params, lr: float, momentum: float = 0.95, weight_decay: float = 0.0,
-                 ns_steps: int = 5) -> None:
+                 ns_steps: int = 5, ns_dtype: torch.dtype = torch.float32) -> None:
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
                                       ns_steps=ns_steps))
+        self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -48,25 +51,34 @@ class Muon(torch.optim.Optimizer):
                 buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
                 buf.mul_(group["momentum"]).add_(p.grad)
                 update = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
-                update = newton_schulz(update, group["ns_steps"])
+                update = newton_schulz(update, group["ns_steps"], self.ns_dtype)
                 scale = 0.2 * max(p.shape[-2], p.shape[-1]) ** 0.5
                 p.mul_(1 - group["lr"] * group["weight_decay"])
                 p.add_(update, alpha=-group["lr"] * scale)
 
 
 class MuonWithAdamW:
-    """Two optimizers behind one interface (step, zero_grad, param_groups, state dicts)."""
+    """Two optimizers behind one interface (step, zero_grad, param_groups, state dicts).
+    Newton-Schulz runs in `ns_dtype`, by default the faster matmul dtype of the model's device."""
 
-    def __init__(self, model: nn.Module, cfg: Any) -> None:
+    def __init__(self, model: nn.Module, cfg: Any, ns_dtype: torch.dtype | None = None) -> None:
+        from glmflash.machine import fast_matmul_dtype
+
         hidden = [p for n, p in model.named_parameters()
                   if p.ndim >= 2 and not n.startswith(("embedding", "output"))]
         ids = {id(p) for p in hidden}
         rest = [p for p in model.parameters() if id(p) not in ids]
-        self.muon = Muon(hidden, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if ns_dtype is None:
+            ns_dtype = fast_matmul_dtype(next(model.parameters()).device)
+        self.muon = Muon(hidden, lr=cfg.lr, weight_decay=cfg.weight_decay, ns_dtype=ns_dtype)
         self.adamw = torch.optim.AdamW(
             [{"params": [p for p in rest if p.ndim >= 2], "weight_decay": cfg.weight_decay},
              {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0}],
             lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+    @property
+    def ns_dtype(self) -> torch.dtype:
+        return self.muon.ns_dtype
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:

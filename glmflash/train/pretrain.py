@@ -28,6 +28,7 @@ import torch
 
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast_dtype, resolve_device
+from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.distributed import (
@@ -191,9 +192,12 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
         start = load_training_state(latest, model, optimizer)
         if dist.is_main:
             log(f"resuming {out} from step {start}")
+    amp = autocast_dtype(dev, cfg.precision)
     if dist.is_main:
         trim_metrics(out / METRICS, start)
-    amp = autocast_dtype(dev, cfg.precision)
+        if amp is not None and (warning := bf16_warning(dev)):
+            log(warning)
+        note_machine(out / RUN, start, machine_record(dev, **precision_choices(optimizer, amp)))
     train, dev_stream = training_stream(cfg, dist), training_stream(cfg, DistInfo(), "eval")
     has_indexer = mcfg.sparse_kind == "indexer"
     tokens_per_step = cfg.batch_size * cfg.seq_len
@@ -295,6 +299,24 @@ def prepare_run(cfg: PretrainConfig, out: Path, resume: bool,
         except OSError as e:
             raise TrainError(f"cannot write to {out}: {e.strerror}") from None
     return mcfg
+
+
+def precision_choices(optimizer: Any, amp: torch.dtype | None) -> dict[str, Any]:
+    """The dtypes a training run chose: autocast (or none) and Muon's Newton-Schulz."""
+    choices: dict[str, Any] = {"autocast": amp or "none"}
+    if hasattr(optimizer, "ns_dtype"):
+        choices["newton_schulz"] = optimizer.ns_dtype
+    return choices
+
+
+def note_machine(run_file: Path, start_step: int, machine: dict[str, Any]) -> None:
+    """Add the machine this (part of the) run trains on to run.json's `machines`, with the step
+    it starts from, so every timing in metrics.jsonl can be traced to its CPU."""
+    record = json.loads(run_file.read_text())
+    record.setdefault("machines", []).append({"start_step": start_step, **machine})
+    tmp = run_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    tmp.replace(run_file)
 
 
 # -- logs and plots --------------------------------------------------------------------------

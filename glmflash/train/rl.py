@@ -37,6 +37,7 @@ from glmflash.data.code_tasks import FAMILIES, CodeTask, tasks
 from glmflash.device import resolve_device
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.generate import generate
+from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.pretrain import (
@@ -45,6 +46,7 @@ from glmflash.train.pretrain import (
     append_jsonl,
     checkpoint_dirs,
     load_training_state,
+    note_machine,
     read_jsonl,
     save_training_state,
     trim_metrics,
@@ -202,6 +204,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     if resume and checkpoint_dirs(out):
         start = load_training_state(checkpoint_dirs(out)[-1], model, optimizer)
         log(f"resuming {out} from group {start}")
+    note_machine(run_file, start, machine_record(dev, autocast="none"))
     trim_metrics(out / METRICS, start)
     trim_metrics(out / ROLLOUTS, start)
     order = rl_tasks(cfg)

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from glmflash.config import ConfigError, PretrainConfig, model_config
 from glmflash.data import digits
 from glmflash.device import autocast_dtype, resolve_device
+from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
 from glmflash.train import checkpoint as ckpt
@@ -291,6 +292,8 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
         raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
     dev = resolve_device(device)
     amp = autocast_dtype(dev, precision)
+    if amp is not None and (warning := bf16_warning(dev)):
+        print(warning, file=sys.stderr)
     t_start = time.perf_counter()
     vlm = build_model(init, preset, tower, seed, dev)
     try:
@@ -350,6 +353,7 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
         "train_seconds": train_seconds, "eval_seconds": eval_seconds,
         "wall_seconds": time.perf_counter() - t_start,
         "torch_threads": torch.get_num_threads(),
+        "machine": machine_record(dev, autocast=amp or "none"),
     })
     (out / RESULTS).write_text(json.dumps(results, indent=2))
     return results

@@ -51,7 +51,10 @@ def test_all_merges_the_sections(result):
     for section in ("model", "generate", "verify"):
         assert result[section]["bench"] == section
         assert set(result[section]["ratios"]) <= set(result["ratios"])
-    assert result["environment"]["threads"] >= 1
+    env = result["environment"]
+    assert env["threads"] >= 1 and env["cores"] >= 1 and env["cpu"]
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["torch"] == torch.__version__ and env["bf16_matmul_speedup"] > 0
 
 
 def test_model_schema(result):
@@ -77,6 +80,9 @@ def test_model_schema(result):
                 "sparse_attention_memory_vs_gathered", "moe_vs_masked", "moe_memory_vs_masked"}
     assert set(m["ratios"]) == expected
     assert all(finite_positive(v) for v in m["ratios"].values())
+    for p, key in (("fp32", "peak_fraction"), ("bf16", "peak_fraction_bf16")):  # own peak each
+        assert m["ratios"][key] == pytest.approx(
+            m["train_step"][p]["model_gflops"] / m["matmul_peak_gflops"][p]["gflops"])
 
 
 def test_generate_schema(result):

@@ -43,6 +43,10 @@ def test_tiny_run_learns_and_writes_everything(tmp_path):
     assert len(rows) == 12 and rows[-1] < rows[0] - 0.3
     assert summary["dev_loss"] > 0
     assert [p.name for p in checkpoint_dirs(run)] == ["step_000006", "step_000012"]
+    [m] = json.loads((run / "run.json").read_text())["machines"]  # the machine beside timings
+    assert m["start_step"] == 0 and m["cpu_capability"] and m["cores"] >= 1
+    assert m["dtypes"]["autocast"] == "none"
+    assert ("newton_schulz" in m["dtypes"]) == (cfg.optimizer == "muon")
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
@@ -53,6 +57,9 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     import shutil
     shutil.rmtree(checkpoint_dirs(tmp_path / "b")[-1])
     pretrain(cfg, tmp_path / "b", device="cpu", resume=True)
+    starts = [m["start_step"] for m in json.loads((tmp_path / "b" / "run.json").read_text())
+              ["machines"]]
+    assert starts == [0, 2]  # each part of a resumed run names its machine
     wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     assert losses(tmp_path / "a") == losses(tmp_path / "b")

@@ -133,6 +133,7 @@ def test_outputs_and_reload(tmp_path):
     assert json.loads((out / "results.json").read_text())["heldout_correct"] == \
         results["heldout_correct"]
     assert results["far_correct"][1] == 10
+    assert results["machine"]["dtypes"] == {"autocast": "none"}
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["stage"], r["step"]) for r in rows] == [("align", 1), ("align", 2),
                                                        ("full", 1), ("full", 2), ("full", 3)]
