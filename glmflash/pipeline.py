@@ -5,8 +5,10 @@ rerun after an interruption continues where it stopped (pretraining and RL also 
 their stage from their last checkpoint):
 
     pretrain   -> select the checkpoint with the lowest dev loss
-    before     -> confirm split: greedy pass@1 (trained families), sampled pass@8 (trained, all)
-    rl         -> RLOO on the trained families; the checkpoint is selected by dev pass@1
+    before     -> confirm split: greedy pass@1 per rung of the task ladder; greedy pass@1
+                  (trained families), sampled pass@8 (trained, all)
+    rl         -> RLOO on the trained families and the ladder's RL structures; the checkpoint
+                  is selected by dev pass@1 on those
     after      -> the same confirm evaluation on the RL checkpoint
     vision     -> the digit-reading path inside the pretrained model, held-out renderings
     report     -> results.json and report.md with tables, example generations and plots
@@ -47,6 +49,7 @@ class PipelinePlan:
     vision_align_steps: int = 2000
     vision_eval: int = 1000
     max_new_tokens: int = MAX_NEW_TOKENS  # confirm evaluation; RL keeps its own budget
+    ladder_per_rung: int = 32  # confirm tasks per rung, greedy
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
@@ -65,8 +68,7 @@ class PipelinePlan:
                    RLConfig(groups=2, group_size=4, tasks_per_step=2, seed=seed, eval_every=2,
                             dev_per_family=1, max_new_tokens=12),
                    confirm_per_family=1, pass_k=2, vision_steps=3, vision_align_steps=3,
-                   vision_eval=20,
-                   max_new_tokens=12)
+                   vision_eval=20, max_new_tokens=12, ladder_per_rung=2)
 
 
 class Pipeline:
@@ -127,13 +129,18 @@ class Pipeline:
         return results
 
     def confirm_eval(self, checkpoint: str, folder: Path) -> dict[str, Any]:
-        """Greedy pass@1 on the trained families and sampled pass@k on all families."""
+        """Greedy pass@1 per ladder rung and on the trained families, sampled pass@k on all
+        families."""
         from glmflash.device import resolve_device
         from glmflash.evaluate.coding import evaluate_tasks
+        from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, rung_table
         from glmflash.train.checkpoint import load_model
 
         p = self.plan
         model, _ = load_model(checkpoint, resolve_device(self.device))
+        ladder = evaluate_rungs(model, RUNGS, "confirm", p.ladder_per_rung, p.pretrain.seed,
+                                max_new_tokens=p.max_new_tokens)
+        (folder / "ladder.json").write_text(json.dumps(ladder["greedy"].to_json(), indent=2))
         todo = tasks("confirm", FAMILIES, per_family=p.confirm_per_family, seed=p.pretrain.seed)
         trained = [t for t in todo if t.family in TRAINED]
         greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=p.max_new_tokens)
@@ -141,7 +148,9 @@ class Pipeline:
                                  seed=p.pretrain.seed, max_new_tokens=p.max_new_tokens)
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
-        return {"checkpoint": checkpoint, "greedy_pass1_trained": greedy.counts(),
+        return {"checkpoint": checkpoint,
+                "ladder": {r: v["greedy"] for r, v in rung_table(ladder).items()},
+                "greedy_pass1_trained": greedy.counts(),
                 "pass8_trained": sampled.counts(TRAINED), "pass8_all": sampled.counts(),
                 "per_family_pass8": {f: v for f, v in sampled.per_family.items()},
                 "per_family_samples": sampled.passing_samples(),
@@ -180,8 +189,11 @@ class Pipeline:
                    for f in FAMILIES}
         usage = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                     resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        ladder = {r: {"before": before["ladder"][r], "after": after["ladder"].get(r)}
+                  for r in before["ladder"]}
         return {"preset": self.plan.preset, "seed": self.plan.pretrain.seed,
-                "machine": self.machine(), "wall_seconds": wall, "peak_memory_bytes": usage * 1024,
+                "machine": self.machine(), "wall_seconds": wall, "ladder": ladder,
+                "peak_memory_bytes": usage * 1024,
                 "pretrain": {"steps": pre["summary"].get("steps"),
                              "dev_loss": pre["summary"].get("dev_loss"),
                              "loss": pre["summary"].get("loss"),

@@ -26,31 +26,36 @@ def ci(pair: list[float]) -> str:
     return f"[{iv.low:.0%}, {iv.high:.0%}]"
 
 
-def family_bars(results: dict[str, Any], png: Path) -> None:
-    """Per family, before and after RL: sampled pass@8 and the share of passing samples."""
+def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: Path) -> None:
+    """One bar chart per panel (y label, name -> {"before": [k, n], "after": [k, n]}): the
+    pass rate of each name before and after RL, side by side."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    rl = results["rl"]
-    fams = list(rl["per_family"])
-    panels = [("per_family", "sampled pass@8 (confirm)")]
-    if "per_family_samples" in rl:
-        panels.append(("per_family_samples", "passing samples (confirm)"))
-    x = np.arange(len(fams))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.5), squeeze=False)
-    for ax, (key, label) in zip(axes[0], panels, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.8), squeeze=False)
+    for ax, (label, values) in zip(axes[0], panels, strict=True):
+        names = list(values)
+        x = np.arange(len(names))
         for shift, when in ((-0.2, "before"), (0.2, "after")):
-            ax.bar(x + shift, [rate(rl[key][f][when]) for f in fams], 0.4,
-                   label=f"{when} RL")
-        ax.set_xticks(x, fams, rotation=30)
+            ax.bar(x + shift, [rate(values[n][when]) for n in names], 0.4, label=f"{when} RL")
+        ax.set_xticks(x, names, rotation=30, ha="right")
         ax.set_ylim(0, 1)
         ax.set_ylabel(label)
     axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)
+
+
+def family_bars(results: dict[str, Any], png: Path) -> None:
+    """Per family, before and after RL: sampled pass@8 and the share of passing samples."""
+    rl = results["rl"]
+    panels = [("sampled pass@8 (confirm)", rl["per_family"])]
+    if "per_family_samples" in rl:
+        panels.append(("passing samples (confirm)", rl["per_family_samples"]))
+    before_after_bars(panels, png)
 
 
 def rate(pair: list[float] | None) -> float:
@@ -68,6 +73,36 @@ def machine_line(m: dict[str, Any] | None) -> str:
             f"{m['bf16_matmul_speedup']:.2g}x as fast as fp32, so the dtypes were: {dtypes}.")
 
 
+RUNG_NOTES = {
+    "depth1": "one primitive, phrasings pretraining used",
+    "depth1_heldout_phrasings": "one primitive, phrasings nobody trained on",
+    "seen_depth2": "two steps, structures in pretraining",
+    "rl_only": "structures RL trains on (not in pretraining)",
+    "unseen_depth2": "two steps, held out from pretraining and RL",
+    "unseen_depth3": "three steps, held out from pretraining and RL",
+    "seed_families": "the eight seed families, family-prefixed names",
+    "seed_neutral_names": "the same tasks named f_<word>",
+    "seed_misleading_names": "the same tasks under another family's prefix",
+}
+
+
+def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
+    """The ladder table (greedy pass@1 per rung, before and after RL) and its plot."""
+    ladder = results.get("ladder")
+    if not ladder:
+        return []
+    before_after_bars([("greedy pass@1 (confirm)", ladder)], out / "ladder.png")
+    lines = ["## The task ladder (confirm split, greedy pass@1)", "",
+             "| rung | what it asks | before RL | after RL | change | 95% interval after |",
+             "|---|---|---|---|---|---|"]
+    for rung, v in ladder.items():
+        change = f"{100 * (rate(v['after']) - rate(v['before'])):+.0f} pts" if v["after"] else "-"
+        lines.append(f"| {rung} | {RUNG_NOTES.get(rung, '')} | {fmt(v['before'])} | "
+                     f"{fmt(v['after']) if v['after'] else '-'} | {change} | "
+                     f"{ci(v['after']) if v['after'] else '-'} |")
+    return lines + ["", "![ladder](ladder.png)", ""]
+
+
 def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, Any],
                           after: dict[str, Any]) -> Path:
     for src, name in ((out / "pretrain" / "run" / "loss.png", "loss.png"),
@@ -77,7 +112,8 @@ def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, 
     family_bars(results, out / "families.png")
     rl, wall = results["rl"], results["wall_seconds"]
     lines = [f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
-             "", "| result | before RL | after RL | 95% interval after | reference lab |",
+             "", *ladder_section(results, out), "## Seed families", "",
+             "| result | before RL | after RL | 95% interval after | reference lab |",
              "|---|---|---|---|---|"]
     for key, label in LABELS.items():
         ref = " -> ".join(REFERENCE[key]) if results["preset"] == "25m" else "-"

@@ -3,6 +3,7 @@
 import json
 
 from glmflash.cli import main
+from glmflash.evaluate.rungs import RUNGS
 
 
 def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
@@ -26,6 +27,14 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     assert "greedy pass@1" in report and "## Example generations" in report
     assert f"CPU capability {results['machine']['cpu_capability']}" in report
     assert (out / "families.png").stat().st_size > 0
+    assert list(results["ladder"]) == list(RUNGS)
+    for rung, v in results["ladder"].items():
+        assert v["before"][1] == v["after"][1] == 2, rung  # ladder_per_rung of the quick plan
+    assert report.index("## The task ladder") < report.index("## Seed families")
+    assert all(f"| {rung} |" in report for rung in RUNGS)
+    assert (out / "ladder.png").stat().st_size > 0
+    ladder_json = json.loads((out / "before" / "ladder.json").read_text())
+    assert sum(n for _, n in ladder_json["per_family"].values()) == 2 * len(RUNGS)
     capsys.readouterr()
     # a second run finds every stage done and only rewrites the report
     assert main(["pipeline", "--quick", "--out", str(out), "--device", "cpu"]) == 0

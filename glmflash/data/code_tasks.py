@@ -11,6 +11,13 @@ word belongs to is a keyed hash of the word (`split_of_name`), fixed for all see
 only ever emits its own words, so dev / rl / confirm names can never occur in pretraining
 (which uses train names only), whatever seeds either side uses.
 
+A family prefix gives the answer away: a model can write the body from the name alone. So a
+task's name has a style (NAME_STYLES): `family` (`double_kavo`, the reference lab's format),
+`neutral` (`f_kavo`: only the comment says what to compute) or `misleading` (another family's
+prefix, `square_kavo` over "Return two times x.": a model that follows the name fails). The
+style changes the name only; prompt, body and cases are the same. Pretraining writes
+NEUTRAL_SHARE of its documents with neutral names, so that reading the comment pays.
+
 Reference bodies use only + - * %, comparisons, not, slices, if, for and the builtins abs, sum,
 len and range (no attributes, no **), so the verifier's allow-list accepts them.
 """
@@ -36,6 +43,9 @@ _WORDS_OF_LENGTH = tuple((len(CONSONANTS) * len(VOWELS)) ** n for n in SYLLABLES
 N_CASES = 10
 MAX_PER_FAMILY = 10_000
 USAGE_PROB = 0.2  # share of pretraining documents followed by a few assert lines
+NAME_STYLES = ("family", "neutral", "misleading")
+NEUTRAL_PREFIX = "f"
+NEUTRAL_SHARE = 0.5  # share of pretraining documents whose function name is neutral
 
 
 @dataclass(frozen=True)
@@ -115,7 +125,7 @@ _FAMILIES = {f.name: f for f in _FAMILY_LIST}
 @dataclass(frozen=True)
 class CodeTask:
     family: str
-    name: str  # the function name, `<family>_<word>`, equal to task.entry_point
+    name: str  # the function name, `<prefix>_<word>` (see NAME_STYLES), = task.entry_point
     prompt: str  # "# <description>\ndef <name>(<arg>):\n"
     arg: str
     task: Task  # the hidden test cases
@@ -212,24 +222,41 @@ def make_cases(family_name: str, rng: random.Random, n: int = N_CASES) -> tuple[
 
 # ---------------------------------------------------------------------------- tasks
 
-def _write(fam: Family, word: str, rng: random.Random) -> tuple[str, str, str, str]:
+def function_name(family_name: str, word: str, style: str = "family") -> str:
+    """`<prefix>_<word>` in a NAME_STYLE. The misleading prefix is another family's, chosen by
+    the word alone, so the three styles of one task differ in the prefix only."""
+    if style == "family":
+        return f"{family_name}_{word}"
+    if style == "neutral":
+        return f"{NEUTRAL_PREFIX}_{word}"
+    if style == "misleading":
+        others = [f for f in FAMILIES if f != family_name]
+        return f"{rng_for('misleading', word).choice(others)}_{word}"
+    raise ValueError(f"unknown name style {style!r}; choose from {', '.join(NAME_STYLES)}")
+
+
+def _write(fam: Family, word: str, rng: random.Random, style: str = "family",
+           ) -> tuple[str, str, str, str]:
     """(name, arg, prompt, body) with a random argument name, description and correct body."""
-    name = f"{fam.name}_{word}"
+    name = function_name(fam.name, word, style)
     arg = rng.choice(ARG_NAMES[fam.kind])
     prompt = f"# {rng.choice(fam.descriptions).format(a=arg)}\ndef {name}({arg}):\n"
     return name, arg, prompt, render_body(rng.choice(fam.bodies), arg)
 
 
-def make_task(family_name: str, word: str, rng: random.Random) -> CodeTask:
-    """The task `<family>_<word>`: a random prompt and reference body, and N_CASES cases."""
+def make_task(family_name: str, word: str, rng: random.Random, style: str = "family",
+              ) -> CodeTask:
+    """The task named in `style` from `word`: a random prompt and reference body, and N_CASES
+    cases."""
     fam = family(family_name)
-    name, arg, prompt, reference = _write(fam, word, rng)
+    name, arg, prompt, reference = _write(fam, word, rng, style)
     return CodeTask(fam.name, name, prompt, arg, Task(name, make_cases(fam.name, rng)), reference)
 
 
 def tasks(split: str, families: Sequence[str] | None = None, per_family: int = 8,
-          seed: int = 0) -> list[CodeTask]:
-    """`per_family` tasks of each family, family by family, with distinct names per family.
+          seed: int = 0, style: str = "family") -> list[CodeTask]:
+    """`per_family` tasks of each family, family by family, with distinct names per family,
+    named in `style` (the same tasks in every style but for the name).
 
     Each family draws from its own generator, so a family's tasks do not depend on which other
     families are asked for, and the first k tasks are the same for any per_family >= k.
@@ -249,23 +276,29 @@ def tasks(split: str, families: Sequence[str] | None = None, per_family: int = 8
             word = random_name(rng, split)
             if word not in seen:
                 seen.add(word)
-                out.append(make_task(f, word, rng))
+                out.append(make_task(f, word, rng, style))
     return out
+
+
+def interleaved_tasks(split: str, families: Sequence[str], n: int, seed: int = 0,
+                      style: str = "family") -> list[CodeTask]:
+    """`n` tasks cycling through `families` (one of each, then the next of each, ...): the
+    first tasks of every family, whatever n is."""
+    per = -(-n // len(families)) if families else 0
+    by_family = [tasks(split, [f], per_family=per, seed=seed, style=style) for f in families]
+    return [fam[i] for i in range(per) for fam in by_family][:n]
 
 
 def task_document(index: int, seed: int, split: str = "train") -> str:
     """One task of `split` written out: prompt + a random correct body, sometimes followed by a
-    blank line and a few `assert name(v) == result` lines showing calls."""
+    blank line and a few `assert name(v) == result` lines showing calls. NEUTRAL_SHARE of the
+    documents name the function neutrally, the rest with the family prefix."""
     rng = rng_for("task_document", split, seed, index)
     fam = _FAMILIES[rng.choice(FAMILIES)]
-    name, _, prompt, body = _write(fam, random_name(rng, split), rng)
+    style = "neutral" if rng.random() < NEUTRAL_SHARE else "family"
+    name, _, prompt, body = _write(fam, random_name(rng, split), rng, style)
     text = prompt + body
     if rng.random() < USAGE_PROB:
         shown = (_RANDOM_INPUT[fam.kind](rng) for _ in range(rng.randint(1, 3)))
         text += "\n" + "".join(f"assert {name}({v!r}) == {fam.fn(v)!r}\n" for v in shown)
     return text
-
-
-def pretrain_document(index: int, seed: int) -> str:
-    """The pretraining stream's document `index`: a train-split task written out."""
-    return task_document(index, seed, "train")

@@ -17,13 +17,14 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from glmflash.data import code_tasks, compositions, rng_for, stdlib
+from glmflash.data import code_tasks, compositions, ladder, rng_for, stdlib
 from glmflash.tokenizer import encode
 
 DocFn = Callable[[int], str]
 CORPORA = ("tasks", "compositions", "stdlib", "mix")
 CORPUS_SPLITS = ("train", "eval")
 MIX_WEIGHTS = {"tasks": 0.75, "compositions": 0.2, "stdlib": 0.05}  # per document, not token
+LADDER_SHARE = 0.5  # share of the tasks corpus's documents that are ladder tasks
 
 
 class PackedStream:
@@ -75,13 +76,22 @@ def mix_document(index: int, corpora: Mapping[str, DocFn], weights: Mapping[str,
     return corpora[name](rng.getrandbits(63))
 
 
+def tasks_document(index: int, seed: int, split: str = "train") -> str:
+    """The tasks corpus: LADDER_SHARE of its documents are tasks of the ladder's pretraining
+    structures (`ladder.ladder_document`), the rest the eight seed families."""
+    if rng_for("tasks_corpus", split, seed, index).random() < LADDER_SHARE:
+        return ladder.ladder_document(index, seed, split)
+    return code_tasks.task_document(index, seed, split)
+
+
 def make_corpus(name: str, seed: int = 0, split: str = "train",
                 weights: Mapping[str, float] | None = None) -> DocFn:
     """The document function of corpus `name`, index -> text.
 
     split "train" is what training reads; "eval" is its held-out counterpart: dev-split
-    function names for tasks, the 32 held-out structures for compositions, the held-out files
-    for stdlib. `weights` (mix only, default MIX_WEIGHTS) are per-document probabilities.
+    function names for tasks (seed families and the ladder's pretraining structures), the 32
+    held-out structures for compositions, the held-out files for stdlib. `weights` (mix only,
+    default MIX_WEIGHTS) are per-document probabilities.
     """
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
@@ -91,8 +101,7 @@ def make_corpus(name: str, seed: int = 0, split: str = "train",
         raise ValueError(f"weights apply to the mix corpus only, not {name!r}")
     held_out = split == "eval"
     if name == "tasks":
-        return functools.partial(code_tasks.task_document, seed=seed,
-                                 split="dev" if held_out else "train")
+        return functools.partial(tasks_document, seed=seed, split="dev" if held_out else "train")
     if name == "compositions":
         structures = compositions.HELDOUT_STRUCTURES if held_out else compositions.TRAIN_STRUCTURES
         return functools.partial(compositions.composition_document, seed=seed,

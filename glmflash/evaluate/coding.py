@@ -17,7 +17,7 @@ from glmflash.evaluate.passk import pass_at_k
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
 
-MAX_NEW_TOKENS = 64  # evaluation budget per completion: room for the multi-line bodies
+MAX_NEW_TOKENS = 128  # evaluation budget per completion: room for step-by-step depth-3 bodies
 
 
 @dataclass
@@ -25,7 +25,7 @@ class EvalResult:
     mode: str  # greedy | sample
     k: int
     n_samples: int
-    per_family: dict[str, list[float]] = field(default_factory=dict)  # family -> [score, n]
+    per_family: dict[str, list[float]] = field(default_factory=dict)  # group -> [score, n]
     records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -47,10 +47,10 @@ class EvalResult:
                 int(sum(self.per_family[f][1] for f in fams))]
 
     def passing_samples(self) -> dict[str, list[int]]:
-        """family -> [passing samples, samples]: the per-sample pass rate behind pass@k."""
+        """group -> [passing samples, samples]: the per-sample pass rate behind pass@k."""
         out: dict[str, list[int]] = {}
         for r in self.records:
-            entry = out.setdefault(r["family"], [0, 0])
+            entry = out.setdefault(r["group"], [0, 0])
             entry[0] += r["status"] == "pass"
             entry[1] += 1
         return out
@@ -71,9 +71,10 @@ def completion_source(task: CodeTask, completion: str) -> str:
 
 def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "greedy",
                    samples: int = 8, k: int | None = None, temperature: float = 0.8,
-                   top_p: float = 1.0, seed: int = 0,
-                   max_new_tokens: int = MAX_NEW_TOKENS) -> EvalResult:
-    """Greedy pass@1 (mode 'greedy') or sampled pass@k over `samples` draws per task."""
+                   top_p: float = 1.0, seed: int = 0, max_new_tokens: int = MAX_NEW_TOKENS,
+                   groups: Sequence[str] | None = None) -> EvalResult:
+    """Greedy pass@1 (mode 'greedy') or sampled pass@k over `samples` draws per task, scored
+    per group: `groups[i]` labels task i (default: its family; a ladder rung, say)."""
     from glmflash.verify import verify_many
 
     if mode not in ("greedy", "sample"):
@@ -82,23 +83,26 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
     k = 1 if mode == "greedy" else (k or samples)
     if k > n:
         raise ValueError(f"k={k} exceeds samples={n}")
+    labels = [t.family for t in tasks] if groups is None else list(groups)
+    if len(labels) != len(tasks):
+        raise ValueError(f"{len(labels)} group labels for {len(tasks)} tasks")
     prompts = [t.prompt for t in tasks for _ in range(n)]
     completions = generate(model, prompts, max_new_tokens=max_new_tokens,
                            temperature=0.0 if mode == "greedy" else temperature, top_p=top_p,
                            seed=seed)
-    owners = [t for t in tasks for _ in range(n)]
-    sources = [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)]
-    verdicts = verify_many(sources, [t.task for t in owners])
+    owners = [(t, g) for t, g in zip(tasks, labels, strict=True) for _ in range(n)]
+    sources = [completion_source(t, c.text) for (t, _), c in zip(owners, completions, strict=True)]
+    verdicts = verify_many(sources, [t.task for t, _ in owners])
     result = EvalResult(mode, k, n)
     passed: dict[int, int] = defaultdict(int)
-    for i, (t, c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
+    for i, ((t, g), c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
         passed[i // n] += v.status == "pass"
-        result.records.append({"family": t.family, "name": t.name, "prompt": t.prompt,
+        result.records.append({"group": g, "family": t.family, "name": t.name, "prompt": t.prompt,
                                "completion": c.text, "stop": c.stop, "status": v.status,
                                "passed": v.passed, "total": v.total, "reason": v.reason})
-    for j, t in enumerate(tasks):
+    for j, g in enumerate(labels):
         score = pass_at_k(n, passed[j], k)
-        entry = result.per_family.setdefault(t.family, [0.0, 0])
+        entry = result.per_family.setdefault(g, [0.0, 0])
         entry[0] += score
         entry[1] += 1
     return result
@@ -112,6 +116,11 @@ def add_arguments(p) -> None:
     p.add_argument("--split", choices=("dev", "rl", "confirm"), default="dev")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--per-family", type=int, default=8)
+    p.add_argument("--rungs", nargs="?", const="all", default=None,
+                   help="evaluate the task ladder per rung instead of the families: `all` "
+                        "(the default when the flag is given alone) or names separated by "
+                        "commas; greedy pass@1 and, with --samples > 0, sampled pass@k")
+    p.add_argument("--per-rung", type=int, default=24, help="tasks per rung")
     p.add_argument("--mode", choices=("greedy", "sample"), default="greedy")
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--k", type=int, default=None, help="k of pass@k (default: --samples)")
@@ -130,19 +139,32 @@ def run(args) -> int:
     from glmflash.cli import CLIError
     from glmflash.data.code_tasks import tasks
     from glmflash.device import resolve_device
+    from glmflash.evaluate.rungs import evaluate_rungs, parse_rungs, rung_table
     from glmflash.train.checkpoint import CheckpointError, load_model
 
     try:
+        rungs = parse_rungs(args.rungs) if args.rungs is not None else None
         model, _ = load_model(args.checkpoint, resolve_device(args.device))
-        todo = tasks(args.split, [f for f in args.families.split(",") if f],
-                     per_family=args.per_family, seed=args.seed)
-        result = evaluate_tasks(model, todo, args.mode, args.samples, args.k, args.temperature,
-                                args.top_p, args.seed, args.max_new_tokens)
+        if rungs is not None:
+            results = evaluate_rungs(model, rungs, args.split, args.per_rung, args.seed,
+                                     args.samples, args.k, args.temperature, args.max_new_tokens)
+        else:
+            todo = tasks(args.split, [f for f in args.families.split(",") if f],
+                         per_family=args.per_family, seed=args.seed)
+            result = evaluate_tasks(model, todo, args.mode, args.samples, args.k,
+                                    args.temperature, args.top_p, args.seed, args.max_new_tokens)
     except (CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
-    data = {"checkpoint": str(args.checkpoint), "split": args.split, **result.to_json()}
+    if rungs is not None:
+        data = {"checkpoint": str(args.checkpoint), "split": args.split,
+                "rungs": rung_table(results),
+                **{mode: r.to_json() for mode, r in results.items()}}
+        summary = {k: v for k, v in data.items() if k not in ("greedy", "sampled")}
+    else:
+        data = {"checkpoint": str(args.checkpoint), "split": args.split, **result.to_json()}
+        summary = {k: v for k, v in data.items() if k != "records"}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(data, indent=2))
-    print(json.dumps({k: v for k, v in data.items() if k != "records"}))
+    print(json.dumps(summary))
     return 0

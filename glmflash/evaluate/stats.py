@@ -218,3 +218,38 @@ def compare(a: ArrayLike, b: ArrayLike, n_resamples: int = 10_000, confidence: f
     return Comparison(mean_a=float(np.mean(a)), mean_b=float(np.mean(b)),
                       difference=bootstrap_mean(d, n_resamples, confidence, seed),
                       p=sign_flip_test(a, b, seed=seed), seeds_agree=k, n=n)
+
+
+def hierarchical_bootstrap_means(groups: Sequence[ArrayLike], n_resamples: int = 10_000,
+                                 seed: int = 0) -> np.ndarray:
+    """Resampled grand means of two-level data (seeds, then tasks within a seed).
+
+    Each resample draws S = len(groups) seeds with replacement and, for each drawn seed,
+    its tasks with replacement, and averages the S task means: the uncertainty of a mean gain
+    from both the RL seed and the finite task set. Its variance is
+    (1/S) [ (1/S) sum_j (m_j - m)^2 + (1/S) sum_j s_j^2 / n_j ]
+    (m_j, s_j^2: seed j's task mean and variance with ddof 0; m the mean of the m_j).
+    """
+    xs = [_sample(x, f"group {i}") for i, x in enumerate(groups)]
+    if not xs:
+        raise ValueError("need at least one group")
+    _check_resampling(n_resamples, 0.5)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(xs), size=(n_resamples, len(xs)))
+    means = np.empty(picks.shape)
+    for i, x in enumerate(xs):
+        where = picks == i
+        means[where] = x[rng.integers(0, x.size, size=(int(where.sum()), x.size))].mean(axis=1)
+    return means.mean(axis=1)
+
+
+def hierarchical_bootstrap(groups: Sequence[ArrayLike], n_resamples: int = 10_000,
+                           confidence: float = 0.95, seed: int = 0) -> Interval:
+    """The mean of the group means with a percentile interval from
+    `hierarchical_bootstrap_means`."""
+    _check_resampling(n_resamples, confidence)
+    means = hierarchical_bootstrap_means(groups, n_resamples, seed)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    estimate = float(np.mean([np.mean(_sample(x, "group")) for x in groups]))
+    return Interval(estimate, float(low), float(high), confidence)

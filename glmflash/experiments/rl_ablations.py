@@ -42,7 +42,7 @@ BASELINE: dict[str, Any] = {
     "init": None, "families": ["increment", "double", "even"], "groups": 96,
     "group_size": 16, "tasks_per_step": 4, "temperature": 0.8, "lr": 3e-4,
     "reward": "binary", "invalid_penalty": -0.1, "scope": "last-block-head",
-    "kl": 0.0, "ptx": 0.0, "dev_per_family": 40, "max_new_tokens": 48,
+    "kl": 0.0, "ptx": 0.0, "dev_per_family": 40, "max_new_tokens": 48, "ladder_share": 0.0,
 }
 CHANGES: dict[str, dict[str, Any]] = {
     "baseline": {}, "partial": {"reward": "partial"},

@@ -32,10 +32,10 @@ import torch
 from torch import Tensor
 
 from glmflash import tokenizer as tok
-from glmflash.data import derive_seed
-from glmflash.data.code_tasks import FAMILIES, CodeTask, tasks
+from glmflash.data import derive_seed, ladder
+from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks, tasks
 from glmflash.device import resolve_device
-from glmflash.evaluate.coding import completion_source, evaluate_tasks
+from glmflash.evaluate.coding import MAX_NEW_TOKENS, completion_source, evaluate_tasks
 from glmflash.generate import generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
@@ -54,6 +54,7 @@ from glmflash.train.pretrain import (
 from glmflash.train.progress import Progress
 
 SCOPES = ("last-block-head", "last-block", "all")
+OBJECTIVES = ("rloo", "sft")
 ROLLOUTS = "rollouts.jsonl"
 PTX_SEQ_LEN = 128
 
@@ -62,7 +63,9 @@ PTX_SEQ_LEN = 128
 class RLConfig:
     """The defaults are the pipeline's RL stage."""
 
-    families: tuple[str, ...] = ("increment", "double", "even")
+    objective: str = "rloo"  # rloo: reward from the verifier; sft: imitate the reference body
+    families: tuple[str, ...] = ("increment", "double", "even")  # the reference lab's three
+    ladder_share: float = 0.5  # share of the groups drawn from the ladder's RL structures
     groups: int = 96  # tasks, each one group of G completions
     group_size: int = 16
     tasks_per_step: int = 4  # groups batched into one optimizer step
@@ -77,14 +80,20 @@ class RLConfig:
     ptx: float = 0.0  # weight of the pretraining next-token loss mixed into each update
     ptx_batch: int = 8  # rows of PTX_SEQ_LEN tokens of the pretraining corpus per update
     normalize_std: bool = False
-    max_new_tokens: int = 48
+    max_new_tokens: int = MAX_NEW_TOKENS  # the ladder's step-by-step bodies need the room
     eval_every: int = 32  # groups between dev evaluations
     dev_per_family: int = 40  # 24 dev tasks were too few to choose a checkpoint on
+    dev_ladder: int = 60  # dev tasks of the ladder's RL structures (when ladder_share > 0)
     grad_clip: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got "
+                             f"{self.objective!r}")
+        if not 0 <= self.ladder_share <= 1:
+            raise ValueError(f"ladder share must be in [0, 1], got {self.ladder_share}")
         unknown = [f for f in self.families if f not in FAMILIES]
-        if unknown or not self.families:
+        if unknown or (not self.families and self.ladder_share < 1):
             raise ValueError(f"unknown family {', '.join(unknown) or '(none given)'}; choose from "
                              f"{', '.join(FAMILIES)}")
         if self.group_size < 2:
@@ -166,11 +175,22 @@ def reward_of(verdict, cfg: RLConfig) -> float:
 
 
 def rl_tasks(cfg: RLConfig) -> list[CodeTask]:
-    """The RL split's tasks in training order: families interleaved, then cycling."""
-    per = math.ceil(cfg.groups / len(cfg.families))
-    by_family = [tasks("rl", [f], per_family=per, seed=cfg.seed) for f in cfg.families]
-    order = [fam[i] for i in range(per) for fam in by_family]
-    return order[: cfg.groups]
+    """The RL split's tasks in training order: round(groups * ladder_share) tasks of the
+    ladder's RL structures spread evenly among the seed-family tasks (families interleaved)."""
+    n_ladder = round(cfg.groups * cfg.ladder_share)
+    parts = [interleaved_tasks("rl", cfg.families, cfg.groups - n_ladder, cfg.seed),
+             ladder.rl_ladder_tasks("rl", n_ladder, cfg.seed)]
+    keyed = [((i + 0.5) / len(part), j, t) for j, part in enumerate(parts)
+             for i, t in enumerate(part)]
+    return [t for *_, t in sorted(keyed, key=lambda k: k[:2])]
+
+
+def dev_tasks(cfg: RLConfig) -> list[CodeTask]:
+    """Checkpoint selection's tasks: dev names of the trained families and RL structures."""
+    out = tasks("dev", cfg.families, per_family=cfg.dev_per_family, seed=cfg.seed)
+    if cfg.ladder_share > 0:
+        out += ladder.rl_ladder_tasks("dev", cfg.dev_ladder, cfg.seed)
+    return out
 
 
 def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "auto",
@@ -208,21 +228,22 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     trim_metrics(out / METRICS, start)
     trim_metrics(out / ROLLOUTS, start)
     order = rl_tasks(cfg)
-    dev_tasks = tasks("dev", cfg.families, per_family=cfg.dev_per_family, seed=cfg.seed)
+    dev = dev_tasks(cfg)
     best = _best_so_far(out)
     if start == 0 and best is None:
-        best = _evaluate_dev(model, dev_tasks, cfg, out, 0, None)
+        best = _evaluate_dev(model, dev, cfg, out, 0, None)
     bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
     g = start
     while g < cfg.groups:
         batch = order[g: min(cfg.groups, g + cfg.tasks_per_step)]
-        stats = _rl_step(model, reference, ptx, optimizer, params, batch, g, cfg, out)
+        step = _rl_step if cfg.objective == "rloo" else _sft_step
+        stats = step(model, reference, ptx, optimizer, params, batch, g, cfg, out)
         g += len(batch)
-        n_rollouts += len(batch) * cfg.group_size
+        n_rollouts += len(batch) * (cfg.group_size if cfg.objective == "rloo" else 1)
         stats.update(step=g, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
         if g % cfg.eval_every < len(batch) or g == cfg.groups:
-            best = _evaluate_dev(model, dev_tasks, cfg, out, g, best)
+            best = _evaluate_dev(model, dev, cfg, out, g, best)
             stats["dev_pass1"] = best["last"]
         append_jsonl(out / METRICS, stats)
         bar.update(g, reward=stats["reward_mean"], pass_rate=stats["pass_rate"],
@@ -286,6 +307,24 @@ def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0
         "mean_len": sum(len(c.ids) for c in completions) / len(completions)}
 
 
+def _sft_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,
+              cfg: RLConfig, out: Path) -> dict[str, Any]:
+    """The supervised counterpart of `_rl_step` on the same tasks: one update on each task's
+    reference body (+ EOS), mean token log-likelihood; no sampling, no verifier, no reward.
+    (reference, ptx and out are unused: same signature as _rl_step.)"""
+    model.train()
+    prompts = [tok.encode(t.prompt) for t in batch]
+    bodies = [tok.encode(t.reference) + [tok.EOS] for t in batch]
+    logp, mask, _ = sequence_logprobs(model, prompts, bodies)
+    loss = -logp.sum() / mask.sum()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    optimizer.step()
+    return {"reward_mean": None, "pass_rate": None, "invalid_rate": None, "no_spread": 0,
+            "loss": float(loss.detach()), "mean_len": sum(len(b) for b in bodies) / len(bodies)}
+
+
 def rloo_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
                 prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig,
                 lm_batch: tuple[Tensor, Tensor] | None = None) -> float:
@@ -325,10 +364,10 @@ def _best_so_far(out: Path) -> dict[str, Any] | None:
     return None
 
 
-def _evaluate_dev(model, dev_tasks, cfg: RLConfig, out: Path, g: int,
+def _evaluate_dev(model, todo, cfg: RLConfig, out: Path, g: int,
                   best: dict[str, Any] | None) -> dict[str, Any]:
     """Greedy dev pass@1; keep the best checkpoint by dev only (ties go to the later one)."""
-    result = evaluate_tasks(model, dev_tasks, max_new_tokens=cfg.max_new_tokens)
+    result = evaluate_tasks(model, todo, max_new_tokens=cfg.max_new_tokens)
     score = result.pass_rate
     if best is None or score >= best["dev_pass1"]:
         best = {"group": g, "dev_pass1": score}
@@ -344,8 +383,9 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([r["step"] for r in rows], [r["reward_mean"] for r in rows], label="reward (mean)")
-    ax.plot([r["step"] for r in rows], [r["pass_rate"] for r in rows], label="sample pass rate")
+    for key, label in (("reward_mean", "reward (mean)"), ("pass_rate", "sample pass rate")):
+        ax.plot([r["step"] for r in rows], [math.nan if r[key] is None else r[key] for r in rows],
+                label=label)
     dev = [r for r in rows if "dev_pass1" in r]
     ax.plot([r["step"] for r in dev], [r["dev_pass1"] for r in dev], "o-",
             label="dev greedy pass@1")
@@ -363,7 +403,11 @@ def add_arguments(p) -> None:
     d = RLConfig()
     p.add_argument("--init", required=True, help="checkpoint folder to start from")
     p.add_argument("--out", required=True)
+    p.add_argument("--objective", choices=OBJECTIVES, default=d.objective,
+                   help="rloo (verifier reward) or sft (imitate the reference bodies)")
     p.add_argument("--families", default=",".join(d.families))
+    p.add_argument("--ladder-share", type=float, default=d.ladder_share,
+                   help="share of the groups drawn from the ladder's RL structures")
     p.add_argument("--groups", type=int, default=d.groups)
     p.add_argument("--group-size", type=int, default=d.group_size)
     p.add_argument("--tasks-per-step", type=int, default=d.tasks_per_step)
@@ -382,12 +426,15 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--dev-per-family", type=int, default=d.dev_per_family)
+    p.add_argument("--dev-ladder", type=int, default=d.dev_ladder)
     p.add_argument("--device", default="auto")
     p.add_argument("--resume", action="store_true")
 
 
 def config_from_args(args) -> RLConfig:
-    return RLConfig(families=tuple(f.strip() for f in args.families.split(",") if f.strip()),
+    return RLConfig(objective=args.objective,
+                    families=tuple(f.strip() for f in args.families.split(",") if f.strip()),
+                    ladder_share=args.ladder_share, dev_ladder=args.dev_ladder,
                     groups=args.groups, group_size=args.group_size,
                     tasks_per_step=args.tasks_per_step, temperature=args.temperature,
                     top_p=args.top_p, lr=args.lr, reward=args.reward,

@@ -200,7 +200,7 @@ def test_split_of_name_accepts_function_names():
 
 
 def test_pretraining_names_never_meet_evaluation_names():
-    docs = [ct.pretrain_document(i, seed) for seed in (0, 1) for i in range(1000)]
+    docs = [ct.task_document(i, seed) for seed in (0, 1) for i in range(1000)]
     pre = {m for d in docs for m in re.findall(r"^def (\w+)\(", d, re.M)}
     assert len(pre) > 1900
     assert all(ct.split_of_name(n) == "train" for n in pre)
@@ -216,36 +216,73 @@ def test_pretrain_documents_are_correct_programs():
     function against the oracle."""
     families = set()
     for i in range(300):
-        doc = ct.pretrain_document(i, 4)
+        doc = ct.task_document(i, 4)
         header, def_line = doc.split("\n")[:2]
         assert header.startswith("# ") and def_line.startswith("def ")
         namespace: dict = {}
         exec(doc, namespace)  # the assert lines, if any, must hold
         name = re.match(r"def (\w+)\(", def_line).group(1)
-        family = name.rsplit("_", 1)[0]
+        family = family_of_comment(header)
+        assert name.rsplit("_", 1)[0] in (family, ct.NEUTRAL_PREFIX)
         families.add(family)
         probe = {str: "abc", list: [3, -1]}.get(INPUT_TYPE.get(family, int), -3)
         assert namespace[name](probe) == ORACLE[family](probe)
     assert families == set(ct.FAMILIES)
-    with_calls = [ct.pretrain_document(i, 4) for i in range(300)]
+    with_calls = [ct.task_document(i, 4) for i in range(300)]
     share = sum("\nassert " in d for d in with_calls) / len(with_calls)
     assert 0.05 < share < 0.4  # the completion format dominates
 
 
-def test_pretrain_document_depends_on_seed_and_index_alone():
-    forward = [ct.pretrain_document(i, 9) for i in range(40)]
-    backward = [ct.pretrain_document(i, 9) for i in reversed(range(40))][::-1]
+def family_of_comment(header: str) -> str:
+    """The one family whose description, for some argument name, is this comment line."""
+    [family] = {f for f in ct.FAMILIES for d in ct.family(f).descriptions
+                for a in ct.ARG_NAMES[ct.family(f).kind] if header == "# " + d.format(a=a)}
+    return family
+
+
+def test_pretraining_names_half_neutral():
+    prefixes = [re.search(r"^def (\w+)_\w+\(", ct.task_document(i, 5), re.M).group(1)
+                for i in range(2000)]
+    neutral = prefixes.count(ct.NEUTRAL_PREFIX) / len(prefixes)
+    assert abs(neutral - ct.NEUTRAL_SHARE) < 0.05
+    assert set(prefixes) == {ct.NEUTRAL_PREFIX, *ct.FAMILIES}
+
+
+def test_name_styles_change_the_name_only():
+    by_style = {s: ct.tasks("confirm", per_family=4, seed=2, style=s) for s in ct.NAME_STYLES}
+    for fam, neu, mis in zip(*by_style.values(), strict=True):
+        word = fam.name.rsplit("_", 1)[1]
+        assert fam.name == f"{fam.family}_{word}" and neu.name == f"f_{word}"
+        prefix = mis.name.rsplit("_", 1)[0]
+        assert prefix in ct.FAMILIES and prefix != fam.family and mis.name.endswith(word)
+        for t in (neu, mis):
+            assert t.prompt == fam.prompt.replace(fam.name, t.name)
+            assert t.task.cases == fam.task.cases and t.task.entry_point == t.name
+            assert t.reference == fam.reference and ct.split_of_name(t.name) == "confirm"
+    with pytest.raises(ValueError, match="unknown name style"):
+        ct.tasks("dev", style="random")
+
+
+def test_interleaved_tasks_cycle_through_families():
+    got = ct.interleaved_tasks("rl", ["double", "even", "reverse"], 7, seed=4)
+    assert [t.family for t in got] == ["double", "even", "reverse"] * 2 + ["double"]
+    assert [t.name for t in got[::3]] == [t.name for t in ct.tasks("rl", ["double"], 3, 4)]
+
+
+def test_task_document_depends_on_seed_and_index_alone():
+    forward = [ct.task_document(i, 9) for i in range(40)]
+    backward = [ct.task_document(i, 9) for i in reversed(range(40))][::-1]
     assert forward == backward
     assert len(set(forward)) == len(forward)
-    assert forward != [ct.pretrain_document(i, 10) for i in range(40)]
+    assert forward != [ct.task_document(i, 10) for i in range(40)]
 
 
 def test_same_text_in_a_process_with_another_hash_seed():
     code = ("from glmflash.data import code_tasks as ct\n"
-            "print(repr([ct.pretrain_document(i, 3) for i in range(5)]))\n"
+            "print(repr([ct.task_document(i, 3) for i in range(5)]))\n"
             "print(repr(ct.tasks('dev', per_family=2, seed=3)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
-    here = (repr([ct.pretrain_document(i, 3) for i in range(5)]) + "\n"
+    here = (repr([ct.task_document(i, 3) for i in range(5)]) + "\n"
             + repr(ct.tasks("dev", per_family=2, seed=3)) + "\n")
     assert out == here

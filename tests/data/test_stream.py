@@ -6,8 +6,14 @@ import re
 import pytest
 import torch
 
-from glmflash.data import code_tasks, compositions, stdlib
-from glmflash.data.stream import MIX_WEIGHTS, PackedStream, make_corpus
+from glmflash.data import code_tasks, compositions, ladder, stdlib
+from glmflash.data.stream import (
+    LADDER_SHARE,
+    MIX_WEIGHTS,
+    PackedStream,
+    make_corpus,
+    tasks_document,
+)
 from glmflash.tokenizer import BOS, EOS, PAD, encode
 
 
@@ -76,7 +82,7 @@ def test_stream_errors():
         PackedStream(Recorder(), 0)
 
 
-TASK_DOC = re.compile(rf"# [^\n]*\ndef ({'|'.join(code_tasks.FAMILIES)})_[a-z]+\(\w+\):\n")
+TASK_DOC = re.compile(rf"# [^\n]*\ndef ({'|'.join(code_tasks.FAMILIES)}|f)_[a-z]+\([\w, ]+\):\n")
 
 
 def kind(doc):
@@ -91,7 +97,11 @@ def test_corpora_by_name_and_split():
     for docs, split in ((train, "train"), (held, "dev")):
         names = [re.match(r"# [^\n]*\ndef (\w+)\(", d).group(1) for d in docs]
         assert all(code_tasks.split_of_name(n) == split for n in names)
-    assert train == [code_tasks.pretrain_document(i, 0) for i in range(200)]
+    assert train == [tasks_document(i, 0) for i in range(200)]
+    from_ladder = sum(d == ladder.ladder_document(i, 0) for i, d in enumerate(train))
+    assert abs(from_ladder / len(train) - LADDER_SHARE) < 0.1
+    seed_families = sum(d == code_tasks.task_document(i, 0) for i, d in enumerate(train))
+    assert seed_families == len(train) - from_ladder
     for split, structures in (("train", compositions.TRAIN_STRUCTURES),
                               ("eval", compositions.HELDOUT_STRUCTURES)):
         docs = [make_corpus("compositions", 1, split)(i) for i in range(50)]

@@ -12,7 +12,7 @@ from glmflash.model.lm import GLMFlash
 def test_passing_samples_by_hand():
     r = EvalResult("sample", 2, 3)
     for family, statuses in (("double", ["pass", "fail", "pass"]), ("even", ["invalid"] * 3)):
-        r.records += [{"family": family, "status": s} for s in statuses]
+        r.records += [{"group": family, "status": s} for s in statuses]
     assert r.passing_samples() == {"double": [2, 3], "even": [0, 3]}
 
 

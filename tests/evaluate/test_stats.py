@@ -11,6 +11,8 @@ from glmflash.evaluate.stats import (
     Interval,
     bootstrap_mean,
     compare,
+    hierarchical_bootstrap,
+    hierarchical_bootstrap_means,
     holm,
     mcnemar_exact,
     paired_bootstrap,
@@ -351,3 +353,31 @@ def test_compare_bundles_the_pieces():
     assert f"{got.seeds_agree}/10 seeds agree" in str(got)
     with pytest.raises(ValueError, match="equal lengths"):
         compare([1, 2], [1])
+
+
+@pytest.mark.parametrize("sizes", [(32, 32, 32, 32, 32), (10, 20, 40), (64,)])
+def test_hierarchical_bootstrap_against_its_variance_formula(sizes):
+    """The resampled grand means have the mean and variance computed directly from the data."""
+    rng = np.random.default_rng(len(sizes))
+    groups = [rng.integers(-1, 2, size=n).astype(float) + rng.normal() for n in sizes]
+    means = hierarchical_bootstrap_means(groups, n_resamples=200_000, seed=1)
+    m = np.array([g.mean() for g in groups])
+    within = np.array([g.var() / g.size for g in groups])
+    S = len(groups)
+    variance = (np.mean((m - m.mean()) ** 2) + within.mean()) / S
+    assert means.mean() == pytest.approx(m.mean(), abs=4 * np.sqrt(variance / 200_000))
+    assert means.var() == pytest.approx(variance, rel=0.02)
+    iv = hierarchical_bootstrap(groups, n_resamples=20_000, seed=2)
+    assert iv.estimate == pytest.approx(m.mean())
+    assert iv.low < m.mean() < iv.high
+    # nearly normal here: the 95% interval is about 1.96 standard deviations either side
+    assert iv.high - iv.low == pytest.approx(2 * 1.96 * np.sqrt(variance), rel=0.1)
+
+
+def test_hierarchical_bootstrap_seed_level_spread_dominates():
+    """Seeds that disagree widen the interval even when each seed's tasks agree."""
+    flat = [np.full(50, 0.2)] * 5
+    spread = [np.full(50, v) for v in (-0.2, 0.0, 0.2, 0.4, 0.6)]
+    assert hierarchical_bootstrap(flat).high - hierarchical_bootstrap(flat).low < 1e-12
+    iv = hierarchical_bootstrap(spread)
+    assert iv.estimate == pytest.approx(0.2) and iv.low < 0.05 and iv.high > 0.35

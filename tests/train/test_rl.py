@@ -6,14 +6,19 @@ import torch
 from glmflash import tokenizer as tok
 from glmflash.cli import main
 from glmflash.config import model_config
+from glmflash.data import ladder
+from glmflash.data.code_tasks import split_of_name
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
 from glmflash.train.rl import (
     RLConfig,
+    _sft_step,
+    dev_tasks,
     policy_loss,
     ptx_stream,
     rl_optimizer,
+    rl_tasks,
     rloo_advantages,
     rloo_update,
     sequence_logprobs,
@@ -196,3 +201,48 @@ def test_rl_command_end_to_end_and_resume(tmp_path):
     metrics = (tmp_path / "o" / "metrics.jsonl").read_text()
     assert main([*args, "--resume"]) == 0  # finished: resumes at the end, changes nothing
     assert (tmp_path / "o" / "metrics.jsonl").read_text() == metrics
+
+
+def test_rl_tasks_mix_ladder_and_families_evenly():
+    cfg = RLConfig(groups=12, ladder_share=0.25, families=("double", "even"))
+    order = rl_tasks(cfg)
+    from_ladder = [t.family in {s.name for s in ladder.structures("rl")} for t in order]
+    assert len(order) == 12 and sum(from_ladder) == 3
+    assert from_ladder.index(True) < 6  # spread through the run, not appended at the end
+    assert {t.family for t, lad in zip(order, from_ladder, strict=True) if not lad} == {
+        "double", "even"}
+    assert all(split_of_name(t.name) == "rl" for t in order)
+    only = rl_tasks(RLConfig(groups=5, ladder_share=1.0, families=()))
+    same = ladder.rl_ladder_tasks("rl", 5, RLConfig().seed)
+    assert [t.prompt for t in only] == [t.prompt for t in same]
+    dev = dev_tasks(RLConfig(ladder_share=0.5, dev_per_family=2, dev_ladder=3,
+                             families=("double",)))
+    assert len(dev) == 5 and all(split_of_name(t.name) == "dev" for t in dev)
+    with pytest.raises(ValueError, match="ladder share"):
+        RLConfig(ladder_share=1.5)
+    with pytest.raises(ValueError, match="objective"):
+        RLConfig(objective="ppo")
+
+
+def test_sft_step_lowers_the_reference_bodies_loss():
+    """The supervised control: repeated steps on the same tasks must raise the log-likelihood
+    of exactly their reference bodies (+ EOS), the quantity it reports as its loss."""
+    model = tiny_model(2)
+    cfg = RLConfig(objective="sft", lr=3e-3, scope="all", ladder_share=1.0, families=())
+    params = [p for p in model.parameters()]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    batch = ladder.rl_ladder_tasks("rl", 2, 0)
+    prompts = [tok.encode(t.prompt) for t in batch]
+    bodies = [tok.encode(t.reference) + [tok.EOS] for t in batch]
+
+    def nll() -> float:
+        with torch.no_grad():
+            logp, mask, _ = sequence_logprobs(model, prompts, bodies)
+        return float(-logp.sum() / mask.sum())
+
+    before = nll()
+    first = _sft_step(model, None, None, opt, params, batch, 0, cfg, None)
+    assert first["loss"] == pytest.approx(before, rel=1e-4)
+    for _ in range(5):
+        _sft_step(model, None, None, opt, params, batch, 0, cfg, None)
+    assert nll() < before - 0.5

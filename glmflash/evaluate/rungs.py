@@ -1,0 +1,75 @@
+"""Evaluation per rung of the task ladder: which kinds of task the model solves, each reported
+on its own, from the structures pretraining showed to those nobody trained on.
+
+Rungs (`RUNGS`), in the order of a report: the ladder's own (`data.ladder.RUNGS`: depth-1
+primitives, depth 1 in held-out phrasings, seen depth 2, the RL structures, unseen depth 2,
+unseen depth 3), then the eight seed families named three ways: with the family prefix (the
+reference lab's format), with neutral names, and with another family's prefix (a control: a
+model that writes what the name says fails it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from glmflash.data import ladder
+from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks
+from glmflash.evaluate.coding import MAX_NEW_TOKENS, EvalResult, evaluate_tasks
+from glmflash.model.lm import GLMFlash
+
+SEED_RUNGS = {"seed_families": "family", "seed_neutral_names": "neutral",
+              "seed_misleading_names": "misleading"}  # rung -> name style
+RUNGS: tuple[str, ...] = (*ladder.RUNGS, *SEED_RUNGS)
+HELDOUT_RUNGS = ("depth1_heldout_phrasings", "unseen_depth2", "unseen_depth3")
+
+
+def parse_rungs(text: str) -> tuple[str, ...]:
+    """`all` or comma-separated rung names, in the order given."""
+    if text.strip() == "all":
+        return RUNGS
+    names = tuple(r.strip() for r in text.split(",") if r.strip())
+    unknown = [r for r in names if r not in RUNGS]
+    if unknown or not names:
+        raise ValueError(f"unknown rung {', '.join(unknown) or '(none given)'}; choose from "
+                         f"all, {', '.join(RUNGS)}")
+    return names
+
+
+def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
+    """`n` tasks of `rung` with function names of `split` (confirm for reports)."""
+    if rung in SEED_RUNGS:
+        return interleaved_tasks(split, FAMILIES, n, seed, SEED_RUNGS[rung])
+    if rung not in RUNGS:
+        raise ValueError(f"unknown rung {rung!r}; choose from {', '.join(RUNGS)}")
+    return ladder.rung_tasks(rung, split, n, seed)
+
+
+def evaluate_rungs(model: GLMFlash, rungs: Sequence[str], split: str = "confirm",
+                   per_rung: int = 24, seed: int = 0, samples: int = 0, k: int | None = None,
+                   temperature: float = 0.8, max_new_tokens: int = MAX_NEW_TOKENS,
+                   ) -> dict[str, EvalResult]:
+    """Greedy pass@1 per rung, and sampled pass@k over `samples` draws when samples > 0, as
+    EvalResults grouped by rung (`result.per_family[rung]` is [solved, n])."""
+    todo = [(r, t) for r in rungs for t in rung_tasks(r, split, per_rung, seed)]
+    labels, tasks = [r for r, _ in todo], [t for _, t in todo]
+    out = {"greedy": evaluate_tasks(model, tasks, "greedy", max_new_tokens=max_new_tokens,
+                                    groups=labels)}
+    if samples:
+        out["sampled"] = evaluate_tasks(model, tasks, "sample", samples, k, temperature,
+                                        seed=seed, max_new_tokens=max_new_tokens,
+                                        groups=labels)
+    return out
+
+
+def rung_table(results: dict[str, EvalResult]) -> dict[str, dict[str, Any]]:
+    """rung -> {"greedy": [k, n], "pass@K": [k, n], "samples": [passing, drawn]}."""
+    table: dict[str, dict[str, Any]] = {}
+    for rung, counts in results["greedy"].per_family.items():
+        table[rung] = {"greedy": counts}
+    if "sampled" in results:
+        s = results["sampled"]
+        for rung, counts in s.per_family.items():
+            table[rung][f"pass@{s.k}"] = counts
+            table[rung]["samples"] = s.passing_samples()[rung]
+    return table

@@ -1,0 +1,188 @@
+"""The seed study on the task ladder: RL from one pretrained checkpoint with several seeds,
+greedy pass@1 per rung before and after, statistics at the level of seeds.
+
+    .venv/bin/python results/ladder_seeds/study.py --init CKPT [--seeds 1 2 3 4 5]
+        [--per-rung 48] [--jobs 2] [--work runs/ladder_seeds] [--passk-tasks 12]
+
+Each seed runs `glmflash rl`'s defaults (the pipeline's RL stage) with its own seed; its
+dev-selected checkpoint is evaluated on the same confirm tasks as the starting checkpoint.
+Per rung, the gain of seed s on task t is pass_after(s, t) - pass_before(t); the mean gain
+gets a hierarchical bootstrap interval (seeds, then tasks within seeds) and an exact
+sign-flip test over the seeds' mean gains. With --passk-tasks, pass@k for k = 1..64 (64
+samples per task) before and after RL (the first seed), per rung, as passk.png.
+Work is kept under --work (rerunning skips what is done); the summary goes next to this file:
+summary.json ({rung: {gain, ci, seeds, p_signflip, ...}}), summary.md, passk.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).parent
+PASSK_SAMPLES = 64
+
+
+def task_passes(result_json: dict[str, Any]) -> dict[str, list[int]]:
+    """rung -> per-task pass (0/1) of a greedy evaluation, in task order."""
+    out: dict[str, list[int]] = {}
+    for r in result_json["records"]:
+        out.setdefault(r["group"], []).append(int(r["status"] == "pass"))
+    return out
+
+
+def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]:
+    from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
+    from glmflash.train.checkpoint import load_model
+
+    if not path.is_file():
+        model, _ = load_model(checkpoint)
+        result = evaluate_rungs(model, RUNGS, "confirm", per_rung, seed=0)["greedy"]
+        path.write_text(json.dumps(result.to_json()))
+    return task_passes(json.loads(path.read_text()))
+
+
+def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | None) -> None:
+    """RL with `seed` (resuming an interrupted run), then the confirm evaluation."""
+    import torch
+
+    from glmflash.train.rl import RLConfig, train_rl
+
+    if threads:
+        torch.set_num_threads(threads)
+    run = work / f"rl_{seed}"
+    if not (run / "summary.json").is_file():
+        train_rl(init, run, RLConfig(seed=seed), "cpu", resume=(run / "run.json").is_file(),
+                 progress=False, log=lambda m: print(f"[seed {seed}] {m}", file=sys.stderr))
+    evaluate(str(run / "best"), work / f"after_{seed}.json", per_rung)
+
+
+def summarise(before: dict[str, list[int]], after: dict[int, dict[str, list[int]]],
+              ) -> dict[str, Any]:
+    from glmflash.evaluate.stats import hierarchical_bootstrap, sign_flip_test
+
+    summary = {}
+    for rung, base in before.items():
+        b = np.array(base, dtype=float)
+        gains = [np.array(a[rung], dtype=float) - b for a in after.values()]
+        iv = hierarchical_bootstrap(gains, seed=0)
+        seed_means = [float(g.mean()) for g in gains]
+        summary[rung] = {"gain": iv.estimate, "ci": [iv.low, iv.high], "seeds": len(gains),
+                         "p_signflip": sign_flip_test(np.zeros(len(gains)), seed_means),
+                         "before": [int(b.sum()), len(b)],
+                         "after_per_seed": [int(b.sum() + g.sum()) for g in gains],
+                         "seed_gains": seed_means}
+    return summary
+
+
+def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[str, Any]:
+    """rung -> {label: [pass@k for k = 1..64]}, 64 samples per task at temperature 0.8."""
+    from glmflash.evaluate.passk import mean_pass_at_k
+    from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
+    from glmflash.train.checkpoint import load_model
+
+    curves: dict[str, Any] = {}
+    for label, ckpt in checkpoints.items():
+        path = work / f"passk_{label}.json"
+        if not path.is_file():
+            model, _ = load_model(ckpt)
+            res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, seed=0,
+                                 samples=PASSK_SAMPLES)["sampled"]
+            path.write_text(json.dumps(res.to_json()))
+        records = json.loads(path.read_text())["records"]
+        for rung in RUNGS:
+            rows = [r for r in records if r["group"] == rung]
+            passed = [sum(r["status"] == "pass" for r in rows[i: i + PASSK_SAMPLES])
+                      for i in range(0, len(rows), PASSK_SAMPLES)]
+            ns = [PASSK_SAMPLES] * len(passed)
+            curves.setdefault(rung, {})[label] = [
+                mean_pass_at_k(ns, passed, k) for k in range(1, PASSK_SAMPLES + 1)]
+    return curves
+
+
+def plot_passk(curves: dict[str, Any], png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 3, figsize=(12, 9), sharex=True, sharey=True)
+    ks = np.arange(1, PASSK_SAMPLES + 1)
+    for ax, (rung, by_label) in zip(axes.flat, curves.items(), strict=False):
+        for label, ys in by_label.items():
+            ax.plot(ks, ys, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(rung)
+        ax.set_ylim(0, 1)
+    axes[0][0].legend()
+    for ax in axes[-1]:
+        ax.set_xlabel("k")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("pass@k (confirm)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> str:
+    lines = [f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init})", "",
+             f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
+             "and tasks of after - before, in points; interval: hierarchical bootstrap "
+             "(seeds, then tasks within seeds), 95%; p: exact sign-flip test over the seeds' "
+             "mean gains (smallest possible with 5 seeds: 0.0625).", "",
+             "| rung | before | after, per seed | gain (points) | 95% interval | p |",
+             "|---|---|---|---|---|---|"]
+    for rung, s in summary.items():
+        lines.append(f"| {rung} | {s['before'][0]}/{s['before'][1]} | "
+                     f"{', '.join(map(str, s['after_per_seed']))} | {100 * s['gain']:+.1f} | "
+                     f"[{100 * s['ci'][0]:+.1f}, {100 * s['ci'][1]:+.1f}] | "
+                     f"{s['p_signflip']:.3g} |")
+    if curves:
+        lines += ["", "## pass@k, k = 1..64, before and after RL", "",
+                  "| rung | pass@1 before / after | pass@8 | pass@64 |", "|---|---|---|---|"]
+        for rung, c in curves.items():
+            b, a = c["before"], c["after"]
+            lines.append(f"| {rung} | {b[0]:.3f} / {a[0]:.3f} | {b[7]:.3f} / {a[7]:.3f} | "
+                         f"{b[63]:.3f} / {a[63]:.3f} |")
+        lines += ["", "![pass@k](passk.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--init", required=True, help="the pretrained checkpoint RL starts from")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    p.add_argument("--per-rung", type=int, default=48)
+    p.add_argument("--jobs", type=int, default=1, help="seeds at once (one thread each if > 1)")
+    p.add_argument("--work", type=Path, default=Path("runs/ladder_seeds"))
+    p.add_argument("--passk-tasks", type=int, default=0, help="tasks per rung for pass@k")
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    before = evaluate(args.init, args.work / "before.json", args.per_rung)
+    threads = 1 if args.jobs > 1 else None
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for f in [pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads)
+                  for s in args.seeds]:
+            f.result()
+    after = {s: task_passes(json.loads((args.work / f"after_{s}.json").read_text()))
+             for s in args.seeds}
+    summary = summarise(before, after)
+    curves = None
+    if args.passk_tasks:
+        rl = str(args.work / f"rl_{args.seeds[0]}" / "best")
+        curves = passk_curves({"before": args.init, "after": rl}, args.work, args.passk_tasks)
+        plot_passk(curves, HERE / "passk.png")
+    extra = {"passk": curves} if curves else {}
+    (HERE / "summary.json").write_text(json.dumps({**summary, **extra}, indent=2))
+    (HERE / "summary.md").write_text(markdown(summary, curves, args))
+    print((HERE / "summary.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

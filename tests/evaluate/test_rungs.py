@@ -1,0 +1,56 @@
+"""Evaluation per rung: one batched pass scores each rung as evaluating it alone would."""
+
+import pytest
+
+from glmflash.data import ladder
+from glmflash.data.code_tasks import split_of_name
+from glmflash.evaluate import coding
+from glmflash.evaluate.coding import evaluate_tasks
+from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, parse_rungs, rung_table, rung_tasks
+from glmflash.generate import Completion
+
+
+def test_parse_rungs():
+    assert parse_rungs("all") == RUNGS
+    assert parse_rungs("unseen_depth3, depth1") == ("unseen_depth3", "depth1")
+    for bad in ("depth9", "", " , "):
+        with pytest.raises(ValueError, match="unknown rung"):
+            parse_rungs(bad)
+
+
+def test_seed_rungs_differ_only_in_the_name():
+    named = {r: rung_tasks(r, "confirm", 8) for r in
+             ("seed_families", "seed_neutral_names", "seed_misleading_names")}
+    fam, neu, mis = named.values()
+    assert [t.prompt.split("\n")[0] for t in fam] == [t.prompt.split("\n")[0] for t in neu]
+    assert all(t.name.startswith(f"{t.family}_") for t in fam)
+    assert all(t.name.startswith("f_") for t in neu)
+    assert all(not t.name.startswith(f"{t.family}_") for t in mis)
+    assert all(split_of_name(t.name) == "confirm" for ts in named.values() for t in ts)
+
+
+def test_batched_rungs_equal_one_rung_at_a_time(monkeypatch):
+    """A stand-in model answers a fixed, uneven share of each rung's prompts with the reference
+    body (the rest with `return 0`): the batched per-rung counts must equal rung-by-rung
+    evaluation and the number of references given."""
+    rungs = ("depth1", "unseen_depth2", "seed_neutral_names")
+    reference = {t.prompt: t.reference for r in rungs for t in rung_tasks(r, "dev", 6, 2)}
+    good = {p for i, p in enumerate(sorted(reference)) if i % 3 != 1}
+
+    def fake_generate(model, prompts, max_new_tokens, temperature, top_p=1.0, seed=0):
+        return [Completion([], [], reference[p] if p in good else "    return 0\n", "eos")
+                for p in prompts]
+
+    monkeypatch.setattr(coding, "generate", fake_generate)
+    results = evaluate_rungs(None, rungs, "dev", per_rung=6, seed=2, samples=2, k=2)
+    table = rung_table(results)
+    assert list(table) == list(rungs)
+    for rung in rungs:
+        todo = rung_tasks(rung, "dev", 6, 2)
+        alone = evaluate_tasks(None, todo, "greedy")
+        expected = sum(t.prompt in good for t in todo)
+        assert table[rung]["greedy"] == [expected, 6] == [alone.solved, alone.total]
+        assert table[rung]["samples"] == [2 * expected, 12] and table[rung]["pass@2"][1] == 6
+    assert 0 < sum(v["greedy"][0] for v in table.values()) < 18
+    assert rung_tasks("unseen_depth2", "dev", 3, 2) == ladder.rung_tasks("unseen_depth2", "dev",
+                                                                         3, 2)
