@@ -52,7 +52,8 @@ VARY_PROBES = 20  # draws that decide whether a chain is kept (see `_varies`)
 PRETRAIN_SHARE = 0.4  # of the depth-2 structures
 RL_SHARE = 0.3  # of the depth-2 structures; RL also gets half of the held-out-eligible depth 3
 SPLIT_SEED = 2026
-DOCUMENT_DEPTHS = {1: 0.4, 2: 0.5, 3: 0.1}  # depth of a pretraining document's structure
+DOCUMENT_DEPTHS = {1: 0.5, 2: 0.45, 3: 0.05}  # depth of a pretraining document's structure
+EXPRESSION_SHARE = 0.5  # share of reference bodies written as one expression (the shortest)
 RUNGS = ("depth1", "depth1_heldout_phrasings", "seen_depth2", "rl_only", "unseen_depth2",
          "unseen_depth3")
 
@@ -290,9 +291,10 @@ def _draw_cases(steps: tuple[str, ...], rng: random.Random,
 
 def make_ladder_task(structure: Structure, word: str, rng: random.Random,
                      heldout_phrasing: bool = False) -> CodeTask:
-    """The structure with random constants, argument names, comment, reference body (one of
-    `bodies`) and N_CASES cases, named `f_<word>`. Constants and inputs are redrawn until the
-    cases take at least two values, so no constant function passes."""
+    """The structure with random constants, argument names, comment, reference body (the
+    expression with probability EXPRESSION_SHARE, else another of `bodies`) and N_CASES cases,
+    named `f_<word>`. Constants and inputs are redrawn until the cases take at least two
+    values, so no constant function passes."""
     steps, kind = structure.steps, structure.kind
     for _ in range(MAX_DRAWS):
         drawn = _draw_cases(steps, rng)
@@ -306,7 +308,8 @@ def make_ladder_task(structure: Structure, word: str, rng: random.Random,
     prompt = (f"# {comment(steps, consts, args, rng, heldout_phrasing)}\n"
               f"def {name}({', '.join(args)}):\n")
     var = rng.choice([v for v in STEP_VARS if v not in args])
-    reference = rng.choice(bodies(steps, consts, args, var))
+    forms = bodies(steps, consts, args, var)
+    reference = forms[0] if rng.random() < EXPRESSION_SHARE else rng.choice(forms[1:])
     return CodeTask(structure.name, name, prompt, ", ".join(args), Task(name, cases), reference)
 
 

@@ -24,7 +24,7 @@ DocFn = Callable[[int], str]
 CORPORA = ("tasks", "compositions", "stdlib", "mix")
 CORPUS_SPLITS = ("train", "eval")
 MIX_WEIGHTS = {"tasks": 0.75, "compositions": 0.2, "stdlib": 0.05}  # per document, not token
-LADDER_SHARE = 0.5  # share of the tasks corpus's documents that are ladder tasks
+LADDER_SHARE = 0.8  # share of the tasks corpus's documents that are ladder tasks
 
 
 class PackedStream:

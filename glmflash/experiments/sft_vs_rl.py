@@ -2,12 +2,12 @@
 
 Both arms start from the same pretrained checkpoint (`--set init=DIR`) and train the same
 scope (last block + head) with the same optimizer, learning rate and number of updates on the
-same tasks: the ladder's RL structures (`ladder_share` 1), 96 tasks in steps of 4, in the
-seed's order.
+same tasks: the ladder's RL structures (`ladder_share` 1), 48 tasks in steps of 4, in the
+seed's order (half the pipeline's RL stage, so that ten runs fit a session on 2 cores).
 
-    rl    RLOO with the verifier's binary reward, 16 samples per task
+    rl    RLOO with the verifier's binary reward, 8 samples per task
     sft   supervised fine-tuning on each task's reference body (one per task and update:
-          no sampling, no verifier; far less compute than rl, which samples 16 per task)
+          no sampling, no verifier; far less compute than rl, which samples 8 per task)
 
 The seed sets the task order (and rl's sampling), so both arms of a seed see the same tasks.
 Each final policy (no checkpoint selection) is evaluated greedily on dev-named tasks of the
@@ -33,8 +33,8 @@ from glmflash.train.rl import RLConfig, train_rl
 
 EVAL_SEED = 0  # the evaluation tasks, the same for every arm and seed
 RUNGS = ("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names")
-BASE: dict[str, Any] = {"init": None, "families": [], "ladder_share": 1.0, "groups": 96,
-                        "group_size": 16, "tasks_per_step": 4, "lr": 1e-4,
+BASE: dict[str, Any] = {"init": None, "families": [], "ladder_share": 1.0, "groups": 48,
+                        "group_size": 8, "tasks_per_step": 4, "lr": 1e-4,
                         "scope": "last-block-head", "per_rung": 48}
 
 

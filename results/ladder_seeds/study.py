@@ -2,16 +2,17 @@
 greedy pass@1 per rung before and after, statistics at the level of seeds.
 
     .venv/bin/python results/ladder_seeds/study.py --init CKPT [--seeds 1 2 3 4 5]
-        [--per-rung 48] [--jobs 2] [--work runs/ladder_seeds] [--passk-tasks 12]
+        [--per-rung 48] [--jobs 2] [--work runs/ladder_seeds] [--passk-tasks 12] [--groups 96]
 
-Each seed runs `glmflash rl`'s defaults (the pipeline's RL stage) with its own seed; its
-dev-selected checkpoint is evaluated on the same confirm tasks as the starting checkpoint.
+Each seed runs `glmflash rl`'s defaults (the pipeline's RL stage; --groups shortens it) with
+its own seed; its dev-selected checkpoint is evaluated on the same confirm tasks as the
+starting checkpoint.
 Per rung, the gain of seed s on task t is pass_after(s, t) - pass_before(t); the mean gain
 gets a hierarchical bootstrap interval (seeds, then tasks within seeds) and an exact
 sign-flip test over the seeds' mean gains. With --passk-tasks, pass@k for k = 1..64 (64
 samples per task) before and after RL (the first seed), per rung, as passk.png.
 Work is kept under --work (rerunning skips what is done); the summary goes next to this file:
-summary.json ({rung: {gain, ci, seeds, p_signflip, ...}}), summary.md, passk.png.
+summary.json ({rung: {gain, ci, seeds, p_signflip, ...}}), summary.md, passk.json, passk.png.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from glmflash.train.rl import RLConfig
 
 HERE = Path(__file__).parent
 PASSK_SAMPLES = 64
@@ -48,7 +51,8 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
     return task_passes(json.loads(path.read_text()))
 
 
-def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | None) -> None:
+def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | None,
+             groups: int) -> None:
     """RL with `seed` (resuming an interrupted run), then the confirm evaluation."""
     import torch
 
@@ -58,8 +62,9 @@ def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | Non
         torch.set_num_threads(threads)
     run = work / f"rl_{seed}"
     if not (run / "summary.json").is_file():
-        train_rl(init, run, RLConfig(seed=seed), "cpu", resume=(run / "run.json").is_file(),
-                 progress=False, log=lambda m: print(f"[seed {seed}] {m}", file=sys.stderr))
+        train_rl(init, run, RLConfig(seed=seed, groups=groups), "cpu",
+                 resume=(run / "run.json").is_file(), progress=False,
+                 log=lambda m: print(f"[seed {seed}] {m}", file=sys.stderr))
     evaluate(str(run / "best"), work / f"after_{seed}.json", per_rung)
 
 
@@ -130,7 +135,8 @@ def plot_passk(curves: dict[str, Any], png: Path) -> None:
 
 
 def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> str:
-    lines = [f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init})", "",
+    lines = [f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init}, "
+             f"{args.groups} groups each)", "",
              f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
              "and tasks of after - before, in points; interval: hierarchical bootstrap "
              "(seeds, then tasks within seeds), 95%; p: exact sign-flip test over the seeds' "
@@ -161,12 +167,15 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=1, help="seeds at once (one thread each if > 1)")
     p.add_argument("--work", type=Path, default=Path("runs/ladder_seeds"))
     p.add_argument("--passk-tasks", type=int, default=0, help="tasks per rung for pass@k")
+    p.add_argument("--groups", type=int, default=RLConfig().groups,
+                   help="RL groups per seed (default: the pipeline's)")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     before = evaluate(args.init, args.work / "before.json", args.per_rung)
     threads = 1 if args.jobs > 1 else None
     with ProcessPoolExecutor(args.jobs) as pool:
-        for f in [pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads)
+        for f in [pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads,
+                              args.groups)
                   for s in args.seeds]:
             f.result()
     after = {s: task_passes(json.loads((args.work / f"after_{s}.json").read_text()))
@@ -177,8 +186,9 @@ def main() -> int:
         rl = str(args.work / f"rl_{args.seeds[0]}" / "best")
         curves = passk_curves({"before": args.init, "after": rl}, args.work, args.passk_tasks)
         plot_passk(curves, HERE / "passk.png")
-    extra = {"passk": curves} if curves else {}
-    (HERE / "summary.json").write_text(json.dumps({**summary, **extra}, indent=2))
+    (HERE / "summary.json").write_text(json.dumps(summary, indent=2))
+    if curves:
+        (HERE / "passk.json").write_text(json.dumps(curves, indent=2))
     (HERE / "summary.md").write_text(markdown(summary, curves, args))
     print((HERE / "summary.md").read_text())
     return 0
