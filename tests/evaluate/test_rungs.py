@@ -1,13 +1,20 @@
 """Evaluation per rung: one batched pass scores each rung as evaluating it alone would."""
 
-import pytest
+import json
 
+import pytest
+import torch
+
+from glmflash.cli import main
+from glmflash.config import model_config
 from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
 from glmflash.evaluate import coding
 from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, parse_rungs, rung_table, rung_tasks
 from glmflash.generate import Completion
+from glmflash.model.lm import GLMFlash
+from glmflash.train.checkpoint import save_model
 
 
 def test_parse_rungs():
@@ -54,3 +61,19 @@ def test_batched_rungs_equal_one_rung_at_a_time(monkeypatch):
     assert 0 < sum(v["greedy"][0] for v in table.values()) < 18
     assert rung_tasks("unseen_depth2", "dev", 3, 2) == ladder.rung_tasks("unseen_depth2", "dev",
                                                                          3, 2)
+
+
+def test_eval_command_per_rung_saves_every_record(tmp_path, capsys):
+    torch.manual_seed(0)
+    save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
+    out = tmp_path / "eval.json"
+    args = ["eval", "--checkpoint", str(tmp_path / "ck"), "--rungs", "depth1,unseen_depth3",
+            "--per-rung", "2", "--samples", "2", "--max-new-tokens", "4", "--device", "cpu",
+            "--out", str(out)]
+    assert main(args) == 0
+    data = json.loads(out.read_text())
+    assert list(data["rungs"]) == ["depth1", "unseen_depth3"]
+    assert len(data["greedy"]["records"]) == 4 and len(data["sampled"]["records"]) == 8
+    assert {r["group"] for r in data["sampled"]["records"]} == {"depth1", "unseen_depth3"}
+    assert main([*args[:4], "--rungs", "depth9", "--device", "cpu"]) == 2
+    assert "unknown rung depth9" in capsys.readouterr().err
