@@ -3,6 +3,7 @@ greedy pass@1 per rung before and after, statistics at the level of seeds.
 
     .venv/bin/python results/ladder_seeds/study.py --init CKPT [--seeds 1 2 3 4 5]
         [--per-rung 48] [--jobs 2] [--work runs/ladder_seeds] [--passk-tasks 12] [--groups 96]
+        [--reward binary|partial]
 
 Each seed runs `glmflash rl`'s defaults (the pipeline's RL stage; --groups shortens it) with
 its own seed; its dev-selected checkpoint is evaluated on the same confirm tasks as the
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from glmflash.train.rl import RLConfig
+from glmflash.verify.rewards import REWARD_MODES
 
 HERE = Path(__file__).parent
 PASSK_SAMPLES = 64
@@ -52,7 +54,7 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
 
 
 def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | None,
-             groups: int) -> None:
+             groups: int, reward: str) -> None:
     """RL with `seed` (resuming an interrupted run), then the confirm evaluation."""
     import torch
 
@@ -62,7 +64,7 @@ def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | Non
         torch.set_num_threads(threads)
     run = work / f"rl_{seed}"
     if not (run / "summary.json").is_file():
-        train_rl(init, run, RLConfig(seed=seed, groups=groups), "cpu",
+        train_rl(init, run, RLConfig(seed=seed, groups=groups, reward=reward), "cpu",
                  resume=(run / "run.json").is_file(), progress=False,
                  log=lambda m: print(f"[seed {seed}] {m}", file=sys.stderr))
     evaluate(str(run / "best"), work / f"after_{seed}.json", per_rung)
@@ -136,7 +138,7 @@ def plot_passk(curves: dict[str, Any], png: Path) -> None:
 
 def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> str:
     lines = [f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init}, "
-             f"{args.groups} groups each)", "",
+             f"{args.groups} groups each, {args.reward} reward)", "",
              f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
              "and tasks of after - before, in points; interval: hierarchical bootstrap "
              "(seeds, then tasks within seeds), 95%; p: exact sign-flip test over the seeds' "
@@ -169,13 +171,16 @@ def main() -> int:
     p.add_argument("--passk-tasks", type=int, default=0, help="tasks per rung for pass@k")
     p.add_argument("--groups", type=int, default=RLConfig().groups,
                    help="RL groups per seed (default: the pipeline's)")
+    p.add_argument("--reward", choices=REWARD_MODES, default=RLConfig().reward,
+                   help="binary (the pipeline's) or partial: the share of hidden cases "
+                        "passed; the summary of a partial run is written as summary_partial.*")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     before = evaluate(args.init, args.work / "before.json", args.per_rung)
     threads = 1 if args.jobs > 1 else None
     with ProcessPoolExecutor(args.jobs) as pool:
         for f in [pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads,
-                              args.groups)
+                              args.groups, args.reward)
                   for s in args.seeds]:
             f.result()
     after = {s: task_passes(json.loads((args.work / f"after_{s}.json").read_text()))
@@ -186,11 +191,12 @@ def main() -> int:
         rl = str(args.work / f"rl_{args.seeds[0]}" / "best")
         curves = passk_curves({"before": args.init, "after": rl}, args.work, args.passk_tasks)
         plot_passk(curves, HERE / "passk.png")
-    (HERE / "summary.json").write_text(json.dumps(summary, indent=2))
+    name = "summary" if args.reward == "binary" else f"summary_{args.reward}"
+    (HERE / f"{name}.json").write_text(json.dumps(summary, indent=2))
     if curves:
         (HERE / "passk.json").write_text(json.dumps(curves, indent=2))
-    (HERE / "summary.md").write_text(markdown(summary, curves, args))
-    print((HERE / "summary.md").read_text())
+    (HERE / f"{name}.md").write_text(markdown(summary, curves, args))
+    print((HERE / f"{name}.md").read_text())
     return 0
 
 
