@@ -142,7 +142,8 @@ def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> st
              f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
              "and tasks of after - before, in points; interval: hierarchical bootstrap "
              "(seeds, then tasks within seeds), 95%; p: exact sign-flip test over the seeds' "
-             "mean gains (smallest possible with 5 seeds: 0.0625).", "",
+             f"mean gains (smallest possible with {len(args.seeds)} seeds: "
+             f"{2 / 2 ** len(args.seeds):.4g}).", "",
              "| rung | before | after, per seed | gain (points) | 95% interval | p |",
              "|---|---|---|---|---|---|"]
     for rung, s in summary.items():
