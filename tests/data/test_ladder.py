@@ -206,6 +206,7 @@ def test_heldout_phrasings_and_structures_never_reach_training_text(monkeypatch)
     texts += [t.prompt for seed in range(3) for split in ("rl", "dev")
               for t in L.rl_ladder_tasks(split, 60, seed)]
     assert set(used) == {"pretrain", "rl"} and used.count("rl") == 360
+    assert {s.group for s in L.rung_structures("rl_only")} == {"rl"}  # the pool, for any seed
     for text in texts:
         for comment in _comments(text):
             assert not any(p.search(comment) for p in patterns), comment
