@@ -30,18 +30,23 @@ class CLIError(Exception):
     """A user-facing error: printed as 'glmflash: error: ...' with exit status 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or with `only`, of that command alone: a command's module
+    is imported just to add its arguments, so `glmflash verify` never loads torch."""
     parser = argparse.ArgumentParser(prog="glmflash", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if only is None or name == only:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else "")
     args = parser.parse_args(argv)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)

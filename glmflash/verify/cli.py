@@ -3,19 +3,30 @@
   glmflash verify --task-json TASK.json --source-file CANDIDATE.py [--json]
   glmflash verify --jsonl PROGRAMS.jsonl    # {"source": ..., "task": {...}} per line
 
-Prints one verdict (one JSON verdict a line for --jsonl, in input order; blank lines are
-skipped). Exit status 0 when every program passes, 1 otherwise; malformed input is an error.
+Prints one verdict (for --jsonl one JSON object a line, in input order: a verdict, or
+{"line": n, "error": ...} for a record that cannot be judged; blank lines are skipped; lines
+are split on "\\n" only). Exit status: 0 every program passed, 1 some program did not pass,
+2 bad input (a bad record does not stop the others), 3 the verifier itself failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from glmflash.cli import CLIError
-from glmflash.verify.sandbox import VerifierPool
+from glmflash.verify.sandbox import MAX_TIMEOUT, VerifierPool
 from glmflash.verify.task import Task
+
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_VERIFIER = 0, 1, 2, 3
+
+
+class BadRecord(NamedTuple):
+    line: int
+    error: str
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source-file", type=Path, help="the candidate's Python source")
     parser.add_argument("--jsonl", type=Path, help="one {source, task} object a line")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    parser.add_argument("--timeout", type=float, default=1.0, help="seconds per program")
+    parser.add_argument("--timeout", type=float, default=1.0,
+                        help=f"CPU seconds per program, at most {MAX_TIMEOUT:g}")
     parser.add_argument("--workers", type=int, default=None, help="worker processes")
 
 
@@ -35,54 +47,88 @@ def _read(path: Path) -> str:
         raise CLIError(f"cannot read {path}: {err}") from None
 
 
-def _task(data: object, where: str) -> Task:
+def _parse(text: str, where: str) -> object:
+    """JSON text -> value; every way hostile JSON can fail becomes one ValueError line."""
     try:
-        return Task.from_json(data)
-    except ValueError as err:
-        raise CLIError(f"{where}: {err}") from None
-
-
-def _load_single(task_path: Path, source_path: Path) -> tuple[list[str], list[Task]]:
-    try:
-        data = json.loads(_read(task_path))
+        return json.loads(text)
     except json.JSONDecodeError as err:
-        raise CLIError(f"{task_path}:{err.lineno}: invalid JSON: {err.msg}") from None
-    return [_read(source_path)], [_task(data, str(task_path))]
+        raise ValueError(f"{where}:{err.lineno}: invalid JSON: {err.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply") from None
+    except ValueError as err:  # e.g. an integer past Python's digit limit
+        raise ValueError(f"{where}: {err}") from None
 
 
-def _load_jsonl(path: Path) -> tuple[list[str], list[Task]]:
-    sources, tasks = [], []
-    for lineno, line in enumerate(_read(path).splitlines(), 1):
+def _record(item: object, where: str, pool: VerifierPool) -> tuple[str, Task]:
+    """One {source, task} record, checked down to whether the pool can send it."""
+    if not isinstance(item, dict) or not isinstance(item.get("source"), str):
+        raise ValueError(f"{where}: expected an object with a string 'source' and a 'task'")
+    try:
+        task = Task.from_json(item.get("task"))
+        pool.request(task)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    return item["source"], task
+
+
+def _load_single(args: argparse.Namespace, pool: VerifierPool) -> list[tuple[str, Task]]:
+    source = _read(args.source_file)
+    try:
+        task = Task.from_json(_parse(_read(args.task_json), str(args.task_json)))
+        pool.request(task)
+    except ValueError as err:
+        message = str(err)
+        raise CLIError(message if message.startswith(str(args.task_json))
+                       else f"{args.task_json}: {message}") from None
+    return [(source, task)]
+
+
+def _load_jsonl(path: Path, pool: VerifierPool) -> list[tuple[str, Task] | BadRecord]:
+    """Records in file order; a record that cannot be judged is kept as a BadRecord."""
+    records: list[tuple[str, Task] | BadRecord] = []
+    for lineno, line in enumerate(_read(path).split("\n"), 1):  # not splitlines: U+2028 etc.
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CLIError(f"{where}: invalid JSON: {err.msg}") from None
-        if not isinstance(item, dict) or not isinstance(item.get("source"), str):
-            raise CLIError(f"{where}: expected an object with a string 'source' and a 'task'")
-        sources.append(item["source"])
-        tasks.append(_task(item.get("task"), where))
-    return sources, tasks
+            records.append(_record(_parse(line, where), where, pool))
+        except ValueError as err:
+            records.append(BadRecord(lineno, str(err).replace(f"{where}:1:", f"{where}:")))
+    return records
 
 
 def run(args: argparse.Namespace) -> int:
     if args.jsonl is not None:
         if args.task_json is not None or args.source_file is not None:
             raise CLIError("use either --jsonl or --task-json with --source-file, not both")
-        sources, tasks = _load_jsonl(args.jsonl)
-    elif args.task_json is not None and args.source_file is not None:
-        sources, tasks = _load_single(args.task_json, args.source_file)
-    else:
+    elif args.task_json is None or args.source_file is None:
         raise CLIError("give --jsonl FILE, or --task-json FILE and --source-file FILE")
-    if args.timeout <= 0 or (args.workers is not None and args.workers < 1):
-        raise CLIError("--timeout and --workers must be positive")
-    with VerifierPool(args.workers, timeout=args.timeout) as pool:
-        verdicts = pool.verify_many(sources, tasks)
-    for v in verdicts:
+    if args.workers is not None and args.workers < 1:
+        raise CLIError("--workers must be positive")
+    try:
+        pool = VerifierPool(args.workers, timeout=args.timeout)
+    except ValueError as err:
+        raise CLIError(str(err).replace("timeout", "--timeout", 1)) from None
+    with pool:
+        records = _load_jsonl(args.jsonl, pool) if args.jsonl else _load_single(args, pool)
+        good = [r for r in records if not isinstance(r, BadRecord)]
+        try:
+            verdicts = iter(pool.verify_many([s for s, _ in good], [t for _, t in good]))
+        except (RuntimeError, OSError) as err:
+            print(f"glmflash verify: error: the verifier failed: {err}", file=sys.stderr)
+            return EXIT_VERIFIER
+    status = EXIT_PASS
+    for record in records:
+        if isinstance(record, BadRecord):
+            print(json.dumps(record._asdict()))
+            print(f"glmflash verify: error: {record.error}", file=sys.stderr)
+            status = EXIT_BAD_INPUT
+            continue
+        v = next(verdicts)
         if args.jsonl is not None or args.json:
             print(json.dumps(v.to_json()))
         else:
             print(f"{v.status} {v.passed}/{v.total}" + (f": {v.reason}" if v.reason else ""))
-    return 0 if all(v.status == "pass" for v in verdicts) else 1
+        if v.status != "pass" and status == EXIT_PASS:
+            status = EXIT_FAIL
+    return status

@@ -1,19 +1,20 @@
 """Stage 2 of the verifier: run candidates outside this process and judge what they return.
 
 The trust boundary: expected outputs never leave this process. A pool of warm worker
-processes (`worker.py`, started with `python -I -S`, empty environment, stdio on /dev/null,
-limits on memory, file size and core dumps, root dropped to 'nobody') receives one message per
-program: the source, the entry point and the case arguments. Each program runs in a fresh
-child forked by its worker, with CPU, process and descriptor limits and an audit hook that
-refuses open, import, exec, sockets, fork, kill and every other audited operation. What comes
+processes (`worker.py`, started with `python -s -P -S -B`, an environment holding only the
+fixed hash seed, stdio on /dev/null, limits on memory, file size and core dumps, root dropped
+to 'nobody') receives one message per program: the source, the entry point and the case
+arguments. Each program runs in a fresh child forked by its worker, with CPU, process and
+descriptor limits, a seccomp allow-list of system calls and an audit hook that refuses open,
+import, exec, sockets, fork, kill and every other audited operation. What comes
 back is plain data tagged with its exact type; a value that is not plain data (a subclass, an
 object with a rigged __eq__) cannot even be sent. Here each case is compared by exact type and
 value, so the only way to pass is to return the right values: a child that forges its message
 or exits early gains nothing it could not get by returning constants.
 
-The worker enforces the wall-clock budget and kills the child's process group; this process
-keeps a backstop deadline per worker and replaces any worker that overruns it, dies or sends
-bytes that are not a well-formed reply.
+The worker enforces the CPU-time budget (the wall clock only as a backstop) and kills the
+child's process group; this process keeps a deadline per worker past that backstop and
+replaces any worker that overruns it, dies or sends bytes that are not a well-formed reply.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from glmflash.verify.validate import ALLOWED_BUILTINS, validate
 
 STATUSES = ("pass", "fail", "invalid", "timeout", "crash")
 WORKER_PATH = str(Path(wire.__file__).resolve())
-BACKSTOP_GRACE = 2.0  # seconds past the budget before a silent worker is replaced
+BACKSTOP_GRACE = 2.0  # seconds past the worker's own backstop before a silent worker is replaced
+MAX_TIMEOUT = 60.0  # seconds of CPU a program may be given
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ def judge(task: Task, status: bytes, data: bytes, timeout: float) -> Verdict:
     """Turn a worker's reply into a verdict by checking every case against the task."""
     total = len(task.cases)
     if status == wire.TIMEOUT:
-        return Verdict("timeout", 0, total, f"ran past {timeout:g} s")
+        clock = "of wall-clock time" if data == b"wall" else "of CPU time"
+        return Verdict("timeout", 0, total, f"ran past {timeout:g} s {clock}")
     if status == wire.DIED:
         return Verdict("crash", 0, total, data.decode("utf-8", "replace")[:100])
     if status != wire.RESULT:
@@ -161,16 +164,17 @@ class _Worker:
         self.reply_fd, reply_write = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", WORKER_PATH,
+                [sys.executable, "-s", "-P", "-S", "-B", WORKER_PATH,
                  str(request_read), str(reply_write), config],
                 pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={}, cwd="/")
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env={"PYTHONHASHSEED": wire.HASH_SEED}, cwd="/")
         finally:
             os.close(request_read)
             os.close(reply_write)
         os.set_blocking(self.reply_fd, False)
         self.buffer = bytearray()
-        self.job: tuple[int, int, float] | None = None  # (index, seq, backstop deadline)
+        self.job: tuple[int, int, float, int] | None = None  # (index, seq, deadline, cap)
         self.answered = 0
 
     def send(self, frame: bytes) -> None:
@@ -222,20 +226,23 @@ class _Worker:
 class VerifierPool:
     """Validate candidates here, run them in `size` sandboxed workers, judge them here.
 
-    timeout: wall-clock seconds per program (all its cases); memory_mb: address-space cap of
-    each worker; max_output: elements plus characters a program may return over all cases.
-    Use as a context manager, or call close(). One verify_many runs at a time per pool.
+    timeout: CPU seconds per program (all its cases), at most MAX_TIMEOUT; memory_mb:
+    address-space cap of each worker; max_output: elements plus characters a program may return
+    over all cases. Use as a context manager, or call close(). One verify_many runs at a time
+    per pool.
     """
 
     def __init__(self, size: int | None = None, *, timeout: float = 1.0, memory_mb: int = 512,
                  max_output: int = 100_000, _skip_validation: bool = False):
-        if (size is not None and size < 1) or timeout <= 0 or memory_mb <= 0 or max_output <= 0:
-            raise ValueError("size, timeout, memory_mb and max_output must be positive")
+        if (size is not None and size < 1) or memory_mb <= 0 or max_output <= 0:
+            raise ValueError("size, memory_mb and max_output must be positive")
+        if not 0 < timeout <= MAX_TIMEOUT:  # also refuses NaN
+            raise ValueError(f"timeout must be in (0, {MAX_TIMEOUT:g}] seconds, got {timeout}")
         self.size = size or default_size()
         self.timeout = float(timeout)
-        self.max_message = 16 * max_output + (1 << 16)  # JSON of the largest allowed output
+        self.max_output = max_output
+        self.max_payload = memory_mb * (1 << 20) // 8  # the worker holds it twice while reading
         self._config = json.dumps({"memory_mb": memory_mb, "max_output": max_output,
-                                   "max_message": self.max_message,
                                    "builtins": sorted(ALLOWED_BUILTINS)})
         self._skip_validation = _skip_validation  # tests of the sandbox alone; never in training
         self._workers: list[_Worker] = []
@@ -255,19 +262,32 @@ class VerifierPool:
         verdicts: list[Verdict | None] = [None] * len(sources)
         jobs: deque[tuple[int, bytes]] = deque()
         for i, (source, task) in enumerate(zip(sources, tasks, strict=True)):
-            if not task.cases:
-                raise ValueError(f"task {task.entry_point!r} has no cases: nothing to verify")
+            payload = self.request(task)
             reason = None if self._skip_validation else validate(
                 source, task.entry_point, _arity(task))
             if reason:
                 verdicts[i] = Verdict("invalid", 0, len(task.cases), reason)
             else:
-                cases = [list(c.args) for c in task.cases]
-                jobs.append((i, marshal.dumps((source, task.entry_point, cases))))
+                jobs.append((i, payload + marshal.dumps(source)))
         if jobs:
             with self._lock:
                 self._run(jobs, tasks, verdicts)
         return verdicts  # type: ignore[return-value]
+
+    def request(self, task: Task) -> bytes:
+        """The task's part of a request (entry point, case arguments), checked to be sendable;
+        raises ValueError naming what is wrong, so a caller can skip just this task."""
+        if not task.cases:
+            raise ValueError(f"task {task.entry_point!r} has no cases: nothing to verify")
+        try:
+            payload = marshal.dumps((task.entry_point, [list(c.args) for c in task.cases]))
+        except ValueError as err:  # an object marshal cannot write, or nesting past its limit
+            raise ValueError(f"task {task.entry_point!r}: arguments are not plain data "
+                             f"({err})") from None
+        if len(payload) > self.max_payload:
+            raise ValueError(f"task {task.entry_point!r}: arguments take {len(payload):,} bytes, "
+                             f"more than the {self.max_payload:,} a worker accepts")
+        return payload
 
     def _run(self, jobs: deque[tuple[int, bytes]], tasks: Sequence[Task],
              verdicts: list[Verdict | None]) -> None:
@@ -278,15 +298,16 @@ class VerifierPool:
         try:
             while jobs or busy:
                 while jobs and idle:
-                    worker = self._dispatch(idle.pop(), *jobs.popleft())
+                    index, payload = jobs.popleft()
+                    worker = self._dispatch(idle.pop(), index, payload, len(tasks[index].cases))
                     busy[worker.reply_fd] = worker
                     selector.register(worker.reply_fd, selectors.EVENT_READ, worker)
                 wait = min(w.job[2] for w in busy.values()) - time.monotonic()
                 for key, _ in selector.select(max(wait, 0.0)):
                     worker = key.data
-                    index, seq, _ = worker.job
+                    index, seq, _, cap = worker.job
                     try:
-                        reply = worker.receive(self.max_message)
+                        reply = worker.receive(cap)
                         if reply is None:
                             continue
                         if reply[0] != seq:
@@ -313,15 +334,17 @@ class VerifierPool:
                 self._workers.remove(worker)
             selector.close()
 
-    def _dispatch(self, worker: _Worker, index: int, payload: bytes) -> _Worker:
+    def _dispatch(self, worker: _Worker, index: int, payload: bytes, n_cases: int) -> _Worker:
         self._seq += 1
-        frame = wire.REQUEST.pack(self._seq, self.timeout, len(payload)) + payload
+        cap = wire.message_cap(self.max_output, n_cases)
+        frame = wire.REQUEST.pack(self._seq, self.timeout, cap, len(payload)) + payload
         try:
             worker.send(frame)
         except OSError:  # it died while idle: start another and send there
             worker = self._replace(worker)
             worker.send(frame)
-        worker.job = (index, self._seq, time.monotonic() + self.timeout + BACKSTOP_GRACE)
+        deadline = time.monotonic() + wire.wall_limit(self.timeout) + BACKSTOP_GRACE
+        worker.job = (index, self._seq, deadline, cap)
         return worker
 
     @staticmethod

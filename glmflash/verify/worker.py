@@ -11,20 +11,31 @@ an audit hook that refuses every audited operation (open, import, exec, socket, 
 message under a wall-clock deadline and kills the child's process group when time is up, so
 a hostile program can neither outlive its budget nor leave state behind for the next one.
 
-Request frame: REQUEST header (sequence, timeout seconds, payload length) + marshal payload
-(source, entry_point, [args, ...]). Reply frame: REPLY header (sequence, status byte, payload
-length) + payload, status RESULT (payload: the child's JSON), TIMEOUT, DIED (payload: how it
-ended) or TOO_BIG.
+The child's budget is CPU time, read from /proc while it runs, so a loaded machine does not
+turn a slow verdict into a timeout; the wall clock (WALL_FACTOR times the budget) is only a
+backstop for a program that blocks. Before running anything the child installs a seccomp
+filter that allows the handful of system calls a pure function needs (memory, writing its
+result, exiting) and fails every other with EPERM: no signals to any process, no files, no
+process-group or scheduler changes, whatever the candidate reaches. Every worker starts with
+the same string-hash seed, so a verdict is a function of (source, task) alone.
+
+Request frame: REQUEST header (sequence, timeout seconds, message cap, payload length) +
+marshal payload (entry_point, [args, ...]) followed by the marshalled source. Reply frame:
+REPLY header (sequence, status byte, payload length) + payload, status RESULT (payload: the
+child's JSON), TIMEOUT (payload: b"cpu" or b"wall"), DIED (payload: how it ended) or TOO_BIG.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import gc
+import io
 import json
 import marshal
 import math
 import os
+import platform
 import resource
 import select
 import signal
@@ -32,12 +43,29 @@ import struct
 import sys
 import time
 
-REQUEST = struct.Struct("!QdI")
+REQUEST = struct.Struct("!QdQI")
 REPLY = struct.Struct("!QcI")
 RESULT, TIMEOUT, DIED, TOO_BIG = b"R", b"T", b"D", b"B"
 MAX_DEPTH = 32  # nesting of a returned value; deeper (or self-containing) values are refused
 CHILD_RESULT_FD = 3
+HASH_SEED = "0"  # PYTHONHASHSEED of every worker: set iteration order is the same in all
+WALL_FACTOR, WALL_EXTRA = 4.0, 1.0  # wall-clock backstop: WALL_FACTOR * budget + WALL_EXTRA s
+CPU_POLL = 0.02  # seconds between reads of the child's CPU time
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+HAS_PROC = os.path.exists("/proc/self/stat")
 running = [0]  # pid of the child now running a program, 0 when none
+
+
+def wall_limit(timeout: float) -> float:
+    """The wall-clock backstop for a program whose CPU budget is `timeout` seconds."""
+    return WALL_FACTOR * timeout + WALL_EXTRA
+
+
+def message_cap(max_output: int, n_cases: int) -> int:
+    """Bytes of the child's JSON message for an output within budget: each unit of the output
+    budget (an element or a character) takes at most 48 bytes of JSON (a float's repr with its
+    tag, a character escaped as a surrogate pair), each case's wrapper at most 96."""
+    return (1 << 16) + 48 * max_output + 96 * n_cases
 
 
 class Refused(Exception):
@@ -91,7 +119,9 @@ def deny_all(allowed_code: object):
 
 def run_cases(payload: bytes, max_output: int, safe_builtins: dict) -> list:
     """Compile the candidate, call its entry point on every case; the child's whole job."""
-    source, entry_point, cases = marshal.loads(payload)
+    stream = io.BytesIO(payload)
+    entry_point, cases = marshal.load(stream)
+    source = marshal.load(stream)
     try:
         code = compile(source, "<candidate>", "exec")
     except BaseException as err:  # whatever compile raises, it is the candidate's
@@ -123,6 +153,65 @@ def run_cases(payload: bytes, max_output: int, safe_builtins: dict) -> list:
     return ["ok", results]
 
 
+# System calls a child may make once its program starts: memory, its result pipe, its own exit.
+# Everything else (kill, pidfd_*, open*, mknod*, stat*, setpgid, sched_*, setpriority, socket,
+# clone, execve, ...) fails with EPERM. (audit arch, {name: number}) per machine.
+SECCOMP_ALLOWED = {
+    "x86_64": (0xC000003E, {"read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10,
+                            "munmap": 11, "brk": 12, "rt_sigprocmask": 14, "rt_sigreturn": 15,
+                            "mremap": 25, "madvise": 28, "exit": 60, "futex": 202,
+                            "clock_gettime": 228, "exit_group": 231}),
+    "aarch64": (0xC00000B7, {"read": 63, "write": 64, "close": 57, "mmap": 222,
+                             "mprotect": 226, "munmap": 215, "brk": 214, "rt_sigprocmask": 135,
+                             "rt_sigreturn": 139, "mremap": 216, "madvise": 233, "exit": 93,
+                             "futex": 98, "clock_gettime": 113, "exit_group": 94}),
+}
+SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS = 0x7FFF0000, 0x80000000
+SECCOMP_RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def seccomp_program(arch: int, allowed: list[int]) -> bytes:
+    """Classic BPF over struct seccomp_data {int nr; u32 arch; ...}: a foreign architecture is
+    killed, an allowed number returns ALLOW, anything else EPERM."""
+    def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+        return struct.pack("=HBBI", code, jt, jf, k)
+    load_word, jump_eq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K
+    body = [op(load_word, 4), op(jump_eq, arch, 1, 0), op(ret, SECCOMP_RET_KILL_PROCESS),
+            op(load_word, 0)]
+    for i, number in enumerate(allowed):  # ALLOW sits len(allowed) - i instructions ahead
+        body.append(op(jump_eq, number, len(allowed) - i, 0))
+    body += [op(ret, SECCOMP_RET_EPERM), op(ret, SECCOMP_RET_ALLOW)]
+    return b"".join(body)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def seccomp_filter() -> tuple[ctypes.CDLL, ctypes.Array, SockFprog] | None:
+    """What the child needs to lock itself down (libc, the program, its descriptor), built once
+    in the worker; None where seccomp is not available (not Linux, unknown machine)."""
+    machine = platform.machine()
+    if sys.platform != "linux" or machine not in SECCOMP_ALLOWED:
+        return None
+    arch, table = SECCOMP_ALLOWED[machine]
+    program = seccomp_program(arch, sorted(table.values()))
+    buffer = ctypes.create_string_buffer(program, len(program))
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc, buffer, SockFprog(len(program) // 8, ctypes.addressof(buffer))
+
+
+def lock_down(seccomp: tuple[ctypes.CDLL, ctypes.Array, SockFprog] | None) -> None:
+    """Install the filter in this (child) process; it holds for the rest of its life."""
+    if seccomp is None:
+        return
+    libc, _, fprog = seccomp
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
+            PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
+
+
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -142,6 +231,11 @@ def child_main(payload: bytes, result_fd: int, timeout: float, config: dict) -> 
             resource.setrlimit(limit, (value, value))
         except (ValueError, OSError):
             pass  # a limit the platform refuses; the audit hook and the deadline remain
+    try:
+        lock_down(config["seccomp"])
+    except OSError:
+        write_all(CHILD_RESULT_FD, b'["crash", "worker error: seccomp filter refused"]')
+        os._exit(0)
     try:
         message = run_cases(payload, config["max_output"], config["safe_builtins"])
         data = json.dumps(message).encode()
@@ -169,8 +263,30 @@ def kill_group(pid: int) -> None:
             pass
 
 
-def run_one(payload: bytes, timeout: float, config: dict) -> tuple[bytes, bytes]:
-    """Fork a child for one program and collect its message under the wall-clock deadline."""
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a live process, from /proc/<pid>/stat (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(b")") + 2:].split()  # the name may hold spaces and parentheses
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def over_budget(pid: int, timeout: float, start: float) -> bytes | None:
+    """b"cpu" once the child has used its CPU budget (the wall clock where /proc is missing),
+    b"wall" past the backstop, None while it may go on."""
+    elapsed = time.monotonic() - start
+    if elapsed > wall_limit(timeout):
+        return b"wall"
+    if (cpu_seconds(pid) if HAS_PROC else elapsed) > timeout:
+        return b"cpu"
+    return None
+
+
+def run_one(payload: bytes, timeout: float, cap: int, config: dict) -> tuple[bytes, bytes]:
+    """Fork a child for one program and collect its message within its CPU budget."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -185,36 +301,37 @@ def run_one(payload: bytes, timeout: float, config: dict) -> tuple[bytes, bytes]
         os.setpgid(pid, pid)
     except OSError:
         pass  # the child already did it, or already exited
-    deadline = time.monotonic() + timeout
-    chunks, size, status = [], 0, None
+    start = time.monotonic()
+    chunks, size, status, data = [], 0, None, b""
     while status is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([read_fd], [], [], remaining)[0]:
-            status = TIMEOUT
-            break
+        if not select.select([read_fd], [], [], CPU_POLL)[0]:
+            data = over_budget(pid, timeout, start) or b""
+            status = TIMEOUT if data else None
+            continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:
             break
         size += len(chunk)
-        if size > config["max_message"]:
+        if size > cap:
             status = TOO_BIG
         chunks.append(chunk)
     os.close(read_fd)
-    while status is None:  # the pipe closed: wait for the exit, still under the deadline
+    while status is None:  # the pipe closed: wait for the exit, still within the budget
         done, exit_status = os.waitpid(pid, os.WNOHANG)
         if done:
             running[0] = 0
             if os.WIFEXITED(exit_status) and os.WEXITSTATUS(exit_status) == 0 and chunks:
                 return RESULT, b"".join(chunks)
             return DIED, describe_exit(exit_status).encode()
-        if time.monotonic() > deadline:
+        data = over_budget(pid, timeout, start) or b""
+        if data:
             status = TIMEOUT
         else:
             time.sleep(0.0002)
     kill_group(pid)
     os.waitpid(pid, 0)
     running[0] = 0
-    return status, b""
+    return status, data
 
 
 def read_exact(fd: int, n: int) -> bytes | None:
@@ -267,7 +384,11 @@ def stop(signum: int, frame: object) -> None:
 def main() -> None:
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     config = json.loads(sys.argv[3])
+    os.environ.pop("PYTHONHASHSEED", None)  # it has done its work; the child sees no environment
+    import unicodedata  # noqa: F401  compile() needs it for non-ASCII names and \N{...}; as
+    # 'nobody' the interpreter's files may not be readable, so load it while they are
     config["safe_builtins"] = {name: getattr(builtins, name) for name in config["builtins"]}
+    config["seccomp"] = seccomp_filter()
     config["max_fd"] = max(request_fd, reply_fd, 16) + 1
     memory = config["memory_mb"] * 1024 * 1024
     for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_FSIZE, 0),
@@ -283,11 +404,11 @@ def main() -> None:
         header = read_exact(request_fd, REQUEST.size)
         if header is None:
             return  # the pool closed its end
-        seq, timeout, length = REQUEST.unpack(header)
+        seq, timeout, cap, length = REQUEST.unpack(header)
         payload = read_exact(request_fd, length)
         if payload is None:
             return
-        status, data = run_one(payload, timeout, config)
+        status, data = run_one(payload, timeout, cap, config)
         write_all(reply_fd, REPLY.pack(seq, status, len(data)) + data)
 
 

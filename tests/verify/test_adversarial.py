@@ -135,7 +135,9 @@ ESCAPES = [
     ("kill the worker", fn(f"g = {OS}", "g['kill'](g['getppid'](), 9)", "return 2 * x"),
      {"crash"}),
     ("kill everything", fn(f"{OS}['kill'](-1, 9)", "return 2 * x"), {"crash"}),
-    ("sleep forever", fn(f"{LOADER}.load_module('time').sleep(100)"), {"timeout"}),
+    ("sleep forever", fn(f"{LOADER}.load_module('time').sleep(100)"), {"crash"}),  # seccomp
+    ("block on a lock forever", fn(f"lock = {LOADER}.load_module('_thread').allocate_lock()",
+                                   "lock.acquire()", "lock.acquire()"), {"timeout"}),
     ("top-level loop", "while True:\n    pass\n" + CORRECT, {"timeout"}),
     ("top-level import", "import os\n" + CORRECT, {"crash"}),
     ("no such function", "def g(x):\n    return x\n", {"invalid"}),
@@ -219,3 +221,36 @@ def test_the_sandbox_has_an_empty_environment_and_no_privileges(bare_pool):
     probe = fn(f"g = {OS}",
                "return [[k for k in g['environ'] if k != 'LC_CTYPE'], g['getuid']() != 0]")
     check(bare_pool, probe, {"pass"}, Task("f", (Case((0,), [[], True]),)))
+
+
+SYSCALLS = [  # calls no audit hook sees: only the seccomp allow-list stops them
+    ("mkfifo", fn(f"{OS}['mkfifo']('{DROP}/fifo')", "return 2 * x")),
+    ("mknod", fn(f"{OS}['mknod']('{DROP}/node')", "return 2 * x")),
+    ("stat a protected file", fn(f"{OS}['stat']('/etc/shadow')", "return 2 * x")),
+    ("new process group", fn(f"{OS}['setpgid'](0, 0)", "return 2 * x")),
+    ("pin to a CPU", fn(f"{OS}['sched_setaffinity'](0, {{0}})", "return 2 * x")),
+    ("change priority", fn(f"g = {OS}", "g['setpriority'](g['PRIO_PROCESS'], 0, 5)",
+                           "return 2 * x")),
+    ("pidfd of the parent", fn(f"g = {OS}", "g['pidfd_open'](g['getppid']())", "return 2 * x")),
+]
+
+
+@pytest.mark.parametrize("source", [s[1] for s in SYSCALLS], ids=[s[0] for s in SYSCALLS])
+def test_system_calls_outside_the_allow_list_fail(bare_pool, source):
+    verdict = check(bare_pool, source, {"crash"})
+    assert verdict.reason == "case 0 raised PermissionError"
+
+
+def test_a_program_cannot_signal_its_worker_or_a_sibling():
+    """The program is handed the pids of both workers (its parent and its sibling) and sends
+    each SIGKILL through a pidfd; both workers live on with the same pids."""
+    signals = f"{LOADER}.load_module('_signal')"
+    source = fn(f"g = {OS}", f"{signals}.pidfd_send_signal(g['pidfd_open'](x), 9)", "return 0")
+    with VerifierPool(2, timeout=0.5, _skip_validation=True) as p:
+        p.verify_many([CORRECT] * 2, [TASK] * 2)
+        workers = [w.process for w in p._workers]
+        task = Task("f", tuple(Case((w.pid,), 0) for w in workers))
+        verdicts = p.verify_many([source] * 4, [task] * 4)
+        assert all(w.poll() is None for w in workers)
+        assert [w.process for w in p._workers] == workers
+    assert {v.reason for v in verdicts} == {"case 0 raised PermissionError"}

@@ -1,11 +1,15 @@
 """Stage 2: the worker pool runs programs out of process and judges them by exact type/value."""
 
+import ast
 import contextlib
 import json
 import math
 import os
 import random
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -268,3 +272,74 @@ def test_bad_arguments():
             p.verify_many([RIGHT], [])
         with pytest.raises(ValueError, match="no cases"):
             p.verify(RIGHT, Task("double_abc", ()))
+
+
+# ---- determinism, budgets, unicode ----------------------------------------------------------
+
+def test_verdicts_do_not_depend_on_the_worker():
+    """Set iteration order of strings follows the hash seed: every worker has the same one, so
+    an order-dependent program gets one verdict over 50 runs on 4 workers (replaced midway)."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]
+    order = subprocess.run([sys.executable, "-c", f"print(list(set({words!r})))"],
+                           env={"PYTHONHASHSEED": worker.HASH_SEED}, capture_output=True,
+                           text=True, check=True).stdout
+    task = Task("f", (Case((0,), ast.literal_eval(order)),))
+    source = f"def f(x):\n    return list(set({words!r}))\n"
+    with VerifierPool(4, timeout=0.5) as p:
+        first = p.verify_many([source] * 25, [task] * 25)
+        p._replace(p._workers[0])
+        p._replace(p._workers[1])
+        second = p.verify_many([source] * 25, [task] * 25)
+    assert [v.status for v in first + second] == ["pass"] * 50
+
+
+def test_the_budget_is_cpu_time_and_the_wall_clock_only_a_backstop(pool):
+    """A busy loop is stopped for its CPU time; a program blocked on a lock uses none and runs
+    until the wall-clock backstop, WALL_FACTOR times longer."""
+    busy = pool.verify("def double_abc(x):\n    while True:\n        pass\n", DOUBLE)
+    assert busy.status == "timeout" and busy.reason == "ran past 0.5 s of CPU time"
+    with VerifierPool(1, timeout=0.2, _skip_validation=True) as bare:
+        loader = ("[c for c in ().__class__.__base__.__subclasses__() "
+                  "if c.__name__ == 'BuiltinImporter'][0]")
+        blocked = (f"def double_abc(x):\n    lock = {loader}.load_module('_thread')"
+                   ".allocate_lock()\n    lock.acquire()\n    lock.acquire()\n")
+        start = time.monotonic()
+        v = bare.verify(blocked, DOUBLE)
+        elapsed = time.monotonic() - start
+    assert v.status == "timeout" and v.reason == "ran past 0.2 s of wall-clock time"
+    assert elapsed >= worker.wall_limit(0.2)
+
+
+def test_cpu_seconds_reads_the_same_time_as_the_kernel_reports_at_exit():
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.4:\n    pass\n"
+                              "input()"], stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while worker.cpu_seconds(child.pid) < 0.4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen = worker.cpu_seconds(child.pid)
+    child.stdin.close()
+    _, _, usage = os.wait4(child.pid, 0)
+    child.returncode = 0
+    assert 0.4 <= seen <= usage.ru_utime + usage.ru_stime + 0.02
+
+
+def test_unicode_names_and_named_escapes_compile_in_the_sandbox(pool):
+    """Python reads identifiers in NFKC form (fullwidth ｆ is f) and compiles \\N{...} with
+    unicodedata, which the worker loads before it drops its privileges."""
+    source = ("def ｆ(ｘ):\n    ａｌｐｈａ = '\\N{GREEK SMALL LETTER ALPHA}'\n"
+              "    return ａｌｐｈａ * ｘ\n")
+    assert pool.verify(source, Task("f", (Case((2,), "αα"), Case((0,), "")))).status == "pass"
+    with pytest.raises(ValueError, match="not in NFKC form"):
+        Task("ｆ", (Case((1,), 1),))
+
+
+def test_values_nested_past_what_a_reply_can_carry_are_refused():
+    deep = []
+    for _ in range(worker.MAX_DEPTH + 1):
+        deep = [deep]
+    Task("f", (Case((deep[0],), deep[0]),))  # exactly at the limit
+    with pytest.raises(ValueError, match="nested deeper"):
+        Task("f", (Case((0,), deep),))
+    with pytest.raises(ValueError, match="nested deeper"):
+        Task("f", (Case(([deep],), 0),))
