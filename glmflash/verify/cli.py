@@ -2,11 +2,16 @@
 
   glmflash verify --task-json TASK.json --source-file CANDIDATE.py [--json]
   glmflash verify --jsonl PROGRAMS.jsonl    # {"source": ..., "task": {...}} per line
+  glmflash verify --humaneval canonical|empty|mutated [--json]   # needs the [humaneval] extra
 
 Prints one verdict (for --jsonl one JSON object a line, in input order: a verdict, or
 {"line": n, "error": ...} for a record that cannot be judged; blank lines are skipped; lines
 are split on "\\n" only). Exit status: 0 every program passed, 1 some program did not pass,
 2 bad input (a bad record does not stop the others), 3 the verifier itself failed.
+--humaneval prints how many of HumanEval's programs passed, with the throughput (exit 0).
+
+A task is {entry_point, cases: [{args, expected}]} (the value kind) or {entry_point, test}
+(test code defining check(candidate), HumanEval's kind: the source is then general Python).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
 from glmflash.cli import CLIError
 from glmflash.verify.sandbox import MAX_TIMEOUT, VerifierPool
-from glmflash.verify.task import Task
+from glmflash.verify.task import CheckTask, Task
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_VERIFIER = 0, 1, 2, 3
 
@@ -34,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="task: {entry_point, cases: [{args, expected}]}")
     parser.add_argument("--source-file", type=Path, help="the candidate's Python source")
     parser.add_argument("--jsonl", type=Path, help="one {source, task} object a line")
+    parser.add_argument("--humaneval", choices=("canonical", "empty", "mutated"),
+                        help="run HumanEval's 164 problems with their canonical solutions, "
+                             "with `pass` bodies, or with mutants of the canonical solutions")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.add_argument("--timeout", type=float, default=1.0,
                         help=f"CPU seconds per program, at most {MAX_TIMEOUT:g}")
@@ -59,12 +69,19 @@ def _parse(text: str, where: str) -> object:
         raise ValueError(f"{where}: {err}") from None
 
 
+def parse_task(data: object) -> Task | CheckTask:
+    """A task object of either kind: test code ("test") or hidden cases ("cases")."""
+    if isinstance(data, dict) and "test" in data:
+        return CheckTask.from_json(data)
+    return Task.from_json(data)
+
+
 def _record(item: object, where: str, pool: VerifierPool) -> tuple[str, Task]:
     """One {source, task} record, checked down to whether the pool can send it."""
     if not isinstance(item, dict) or not isinstance(item.get("source"), str):
         raise ValueError(f"{where}: expected an object with a string 'source' and a 'task'")
     try:
-        task = Task.from_json(item.get("task"))
+        task = parse_task(item.get("task"))
         pool.request(task)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
@@ -74,7 +91,7 @@ def _record(item: object, where: str, pool: VerifierPool) -> tuple[str, Task]:
 def _load_single(args: argparse.Namespace, pool: VerifierPool) -> list[tuple[str, Task]]:
     source = _read(args.source_file)
     try:
-        task = Task.from_json(_parse(_read(args.task_json), str(args.task_json)))
+        task = parse_task(_parse(_read(args.task_json), str(args.task_json)))
         pool.request(task)
     except ValueError as err:
         message = str(err)
@@ -97,8 +114,37 @@ def _load_jsonl(path: Path, pool: VerifierPool) -> list[tuple[str, Task] | BadRe
     return records
 
 
+def run_humaneval(mode: str, pool: VerifierPool, as_json: bool) -> int:
+    from glmflash.verify import humaneval
+
+    try:
+        sources, tasks, labels = humaneval.programs(mode)
+    except FileNotFoundError as err:
+        raise CLIError(str(err)) from None
+    start = time.perf_counter()
+    verdicts = pool.verify_many(sources, tasks)
+    seconds = time.perf_counter() - start
+    summary = {"mode": mode, "passed": sum(v.status == "pass" for v in verdicts),
+               "total": len(verdicts), "statuses": dict(Counter(v.status for v in verdicts)),
+               "seconds": round(seconds, 2), "programs_per_s": round(len(verdicts) / seconds, 1),
+               "workers": pool.size,
+               "passing" if mode != "canonical" else "not_passing": [
+                   label for label, v in zip(labels, verdicts, strict=True)
+                   if (v.status == "pass") != (mode == "canonical")]}
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        print(f"HumanEval {mode}: {summary['passed']}/{summary['total']} pass "
+              f"({summary['statuses']}), {summary['programs_per_s']} programs/s on "
+              f"{pool.size} workers")
+    return EXIT_PASS
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.jsonl is not None:
+    if args.humaneval is not None:
+        if args.jsonl is not None or args.task_json is not None:
+            raise CLIError("--humaneval takes no --jsonl or --task-json")
+    elif args.jsonl is not None:
         if args.task_json is not None or args.source_file is not None:
             raise CLIError("use either --jsonl or --task-json with --source-file, not both")
     elif args.task_json is None or args.source_file is None:
@@ -110,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise CLIError(str(err).replace("timeout", "--timeout", 1)) from None
     with pool:
+        if args.humaneval is not None:
+            return run_humaneval(args.humaneval, pool, args.json)
         records = _load_jsonl(args.jsonl, pool) if args.jsonl else _load_single(args, pool)
         good = [r for r in records if not isinstance(r, BadRecord)]
         try:

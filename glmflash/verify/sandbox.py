@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from glmflash.verify import worker as wire
-from glmflash.verify.task import Task
+from glmflash.verify.task import CheckTask, Task
 from glmflash.verify.validate import ALLOWED_BUILTINS, validate
 
 STATUSES = ("pass", "fail", "invalid", "timeout", "crash")
@@ -103,9 +103,9 @@ def same(actual: Any, expected: Any) -> bool:
     return kind in (int, bool, float, str, type(None)) and actual == expected
 
 
-def judge(task: Task, status: bytes, data: bytes, timeout: float) -> Verdict:
+def judge(task: Task | CheckTask, status: bytes, data: bytes, timeout: float) -> Verdict:
     """Turn a worker's reply into a verdict by checking every case against the task."""
-    total = len(task.cases)
+    total = task.total
     if status == wire.TIMEOUT:
         clock = "of wall-clock time" if data == b"wall" else "of CPU time"
         return Verdict("timeout", 0, total, f"ran past {timeout:g} s {clock}")
@@ -117,7 +117,11 @@ def judge(task: Task, status: bytes, data: bytes, timeout: float) -> Verdict:
         kind, body = json.loads(data)
         if kind in ("invalid", "crash") and type(body) is str:
             return Verdict(kind, 0, total, body[:100])
-        if kind != "ok" or type(body) is not list or len(body) != total:
+        if kind != "ok":
+            raise Malformed("bad message")
+        if isinstance(task, CheckTask):
+            return judge_asserts(body, total)
+        if type(body) is not list or len(body) != total:
             raise Malformed("bad message")
         outcomes = [(tag, decode(p) if tag == "v" else p) for tag, p in body]
         if any(tag not in ("v", "e", "x") for tag, _ in outcomes):
@@ -144,6 +148,35 @@ def judge(task: Task, status: bytes, data: bytes, timeout: float) -> Verdict:
     if passed == total:
         return Verdict("pass", passed, total)
     return Verdict("fail", passed, total, first_problem)
+
+
+def judge_asserts(body: Any, total: int) -> Verdict:
+    """A check task's verdict from its report {asserts: [[index, times held, failure]], error}:
+    pass needs check() to return, at least one assert to run and none to fail or raise."""
+    if type(body) is not dict or set(body) != {"asserts", "error"} or type(
+            body["error"]) is not str or type(body["asserts"]) is not list:
+        raise Malformed("bad check report")
+    held, failed, raised = set(), "", ""
+    for entry in body["asserts"]:
+        if type(entry) is not list or len(entry) != 3 or type(entry[0]) is not int or not (
+                0 <= entry[0] < total) or type(entry[1]) is not int or type(entry[2]) is not str:
+            raise Malformed("bad assert report")
+        index, times, why = entry
+        if why.startswith("e:"):
+            raised = raised or f"assert {index} raised {why[2:60]}"
+        elif why:
+            failed = failed or f"assert {index} failed"
+        elif times > 0:
+            held.add(index)
+    if body["error"]:
+        return Verdict("crash", len(held), total, f"check raised {body['error'][:60]}")
+    if raised:
+        return Verdict("crash", len(held), total, raised)
+    if failed:
+        return Verdict("fail", len(held), total, failed)
+    if not held:
+        return Verdict("fail", 0, total, "no assert ran")
+    return Verdict("pass", len(held), total)
 
 
 def _arity(task: Task) -> int | None:
@@ -250,11 +283,15 @@ class VerifierPool:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def verify(self, source: str, task: Task) -> Verdict:
+    def verify(self, source: str, task: Task | CheckTask) -> Verdict:
         return self.verify_many([source], [task])[0]
 
-    def verify_many(self, sources: Sequence[str], tasks: Sequence[Task]) -> list[Verdict]:
-        """Verdicts in the order of `sources`; programs run in parallel over the workers."""
+    def verify_many(self, sources: Sequence[str],
+                    tasks: Sequence[Task | CheckTask]) -> list[Verdict]:
+        """Verdicts in the order of `sources`; programs run in parallel over the workers.
+
+        A `Task`'s candidate passes the syntax gate first; a `CheckTask`'s is general Python
+        and meets the process layers alone."""
         if len(sources) != len(tasks):
             raise ValueError(f"{len(sources)} sources but {len(tasks)} tasks")
         if os.getpid() != self._pid:
@@ -263,10 +300,14 @@ class VerifierPool:
         jobs: deque[tuple[int, bytes]] = deque()
         for i, (source, task) in enumerate(zip(sources, tasks, strict=True)):
             payload = self.request(task)
-            reason = None if self._skip_validation else validate(
-                source, task.entry_point, _arity(task))
+            if isinstance(task, CheckTask):
+                reason = None if isinstance(source, str) else "source is not a string"
+            elif not self._skip_validation:
+                reason = validate(source, task.entry_point, _arity(task))
+            else:
+                reason = None
             if reason:
-                verdicts[i] = Verdict("invalid", 0, len(task.cases), reason)
+                verdicts[i] = Verdict("invalid", 0, task.total, reason)
             else:
                 jobs.append((i, payload + marshal.dumps(source)))
         if jobs:
@@ -274,13 +315,18 @@ class VerifierPool:
                 self._run(jobs, tasks, verdicts)
         return verdicts  # type: ignore[return-value]
 
-    def request(self, task: Task) -> bytes:
-        """The task's part of a request (entry point, case arguments), checked to be sendable;
-        raises ValueError naming what is wrong, so a caller can skip just this task."""
-        if not task.cases:
+    def request(self, task: Task | CheckTask) -> bytes:
+        """The task's part of a request: ("cases", entry point, case arguments) or ("check",
+        entry point, instrumented test), checked to be sendable; raises ValueError naming what
+        is wrong, so a caller can skip just this task."""
+        if isinstance(task, CheckTask):
+            request = ("check", task.entry_point, task.instrumented[0])
+        elif not task.cases:
             raise ValueError(f"task {task.entry_point!r} has no cases: nothing to verify")
+        else:
+            request = ("cases", task.entry_point, [list(c.args) for c in task.cases])
         try:
-            payload = marshal.dumps((task.entry_point, [list(c.args) for c in task.cases]))
+            payload = marshal.dumps(request)
         except ValueError as err:  # an object marshal cannot write, or nesting past its limit
             raise ValueError(f"task {task.entry_point!r}: arguments are not plain data "
                              f"({err})") from None
@@ -289,7 +335,7 @@ class VerifierPool:
                              f"more than the {self.max_payload:,} a worker accepts")
         return payload
 
-    def _run(self, jobs: deque[tuple[int, bytes]], tasks: Sequence[Task],
+    def _run(self, jobs: deque[tuple[int, bytes]], tasks: Sequence[Task | CheckTask],
              verdicts: list[Verdict | None]) -> None:
         while len(self._workers) < self.size:
             self._workers.append(_Worker(self._config))
@@ -299,7 +345,7 @@ class VerifierPool:
             while jobs or busy:
                 while jobs and idle:
                     index, payload = jobs.popleft()
-                    worker = self._dispatch(idle.pop(), index, payload, len(tasks[index].cases))
+                    worker = self._dispatch(idle.pop(), index, payload, tasks[index].total)
                     busy[worker.reply_fd] = worker
                     selector.register(worker.reply_fd, selectors.EVENT_READ, worker)
                 wait = min(w.job[2] for w in busy.values()) - time.monotonic()
@@ -315,7 +361,7 @@ class VerifierPool:
                         verdicts[index] = judge(tasks[index], reply[1], reply[2], self.timeout)
                     except (Malformed, OSError):
                         self._check_started(worker)
-                        verdicts[index] = Verdict("crash", 0, len(tasks[index].cases),
+                        verdicts[index] = Verdict("crash", 0, tasks[index].total,
                                                   "verifier worker died")
                         worker = self._replace(worker, selector, busy)
                     else:
@@ -325,7 +371,7 @@ class VerifierPool:
                     idle.append(worker)
                 for worker in [w for w in busy.values() if time.monotonic() > w.job[2]]:
                     index = worker.job[0]
-                    verdicts[index] = Verdict("timeout", 0, len(tasks[index].cases),
+                    verdicts[index] = Verdict("timeout", 0, tasks[index].total,
                                               "worker did not answer in time")
                     idle.append(self._replace(worker, selector, busy))
         finally:

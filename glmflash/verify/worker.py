@@ -36,6 +36,7 @@ import marshal
 import math
 import os
 import platform
+import random
 import resource
 import select
 import signal
@@ -53,6 +54,16 @@ WALL_FACTOR, WALL_EXTRA = 4.0, 1.0  # wall-clock backstop: WALL_FACTOR * budget 
 CPU_POLL = 0.02  # seconds between reads of the child's CPU time
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 HAS_PROC = os.path.exists("/proc/self/stat")
+RECORD = "__glmflash_assert__"  # name of the assert recorder in a check task's test code
+# Loaded before privileges drop: unicodedata for compile() (non-ASCII names, \N{...}); the
+# rest so that general Python (CheckTask) can import them, from sys.modules, with no file I/O.
+PRELOAD = ("unicodedata", "math", "cmath", "typing", "random", "copy", "string", "re",
+           "collections", "itertools", "functools", "operator", "heapq", "bisect", "hashlib",
+           "fractions", "decimal", "statistics")
+# Audited events general Python (a CheckTask) may raise: seeding a generator, eval/exec of a
+# string, id() (copy.deepcopy uses it). Opening files, importing what is not loaded, sockets,
+# processes stay refused.
+GENERAL_PYTHON_EVENTS = frozenset({"random.seed", "compile", "exec", "builtins.id"})
 running = [0]  # pid of the child now running a program, 0 when none
 
 
@@ -108,41 +119,57 @@ def encode(value: object, budget: list[int], depth: int = 0) -> list:
     raise Refused("unsupported output type")
 
 
-def deny_all(allowed_code: object):
-    """An audit hook refusing every audited event except exec of the candidate's own module."""
+def deny_all(*allowed_code: object, allowed_events: frozenset[str] = frozenset()):
+    """An audit hook refusing every audited event except exec of the given code objects and
+    `allowed_events`."""
     def hook(event: str, args: tuple) -> None:
-        if event == "exec" and args and args[0] is allowed_code:
+        if event in allowed_events:
+            return
+        if event == "exec" and args and any(args[0] is code for code in allowed_code):
             return
         raise PermissionError(f"{event} is not allowed in the verifier")
     return hook
 
 
-def run_cases(payload: bytes, max_output: int, safe_builtins: dict) -> list:
-    """Compile the candidate, call its entry point on every case; the child's whole job."""
-    stream = io.BytesIO(payload)
-    entry_point, cases = marshal.load(stream)
-    source = marshal.load(stream)
+def error_name(err: BaseException) -> str:
+    name = type(err).__name__
+    return name[:60] if type(name) is str else "exception"
+
+
+def define(source: str, entry_point: str, builtins_: dict, test: str | None = None):
+    """Compile the candidate (and the test code, if any), lock imports and execs down, run the
+    candidate's module. Returns (its function, its namespace, the compiled test) or, when
+    there is no function to call, (["invalid" | "crash", why], None, None)."""
     try:
         code = compile(source, "<candidate>", "exec")
+        test_code = None if test is None else compile(test, "<check>", "exec")
     except BaseException as err:  # whatever compile raises, it is the candidate's
-        return ["invalid", f"does not compile: {type(err).__name__}"]
-    namespace = {"__builtins__": dict(safe_builtins)}
-    sys.addaudithook(deny_all(code))
+        return ["invalid", f"does not compile: {type(err).__name__}"], None, None
+    namespace = {"__builtins__": dict(builtins_), "__name__": "__candidate__"}
+    sys.addaudithook(deny_all(code, test_code, allowed_events=GENERAL_PYTHON_EVENTS
+                              if test is not None else frozenset()))
     try:
         exec(code, namespace)
     except BaseException as err:
-        return ["crash", f"defining the function raised {type(err).__name__}"]
+        return ["crash", f"defining the function raised {error_name(err)}"], None, None
     function = namespace.get(entry_point)
     if type(function) is not type(run_cases):
-        return ["invalid", f"{entry_point} is not a function"]
-    budget = [max_output]
+        return ["invalid", f"{entry_point} is not a function"], None, None
+    return function, namespace, test_code
+
+
+def run_cases(entry_point: str, cases: list, source: str, config: dict) -> list:
+    """Call the candidate's entry point on every case and tag what each call returned."""
+    function, _, _ = define(source, entry_point, config["safe_builtins"])
+    if type(function) is list:
+        return function
+    budget = [config["max_output"]]
     results = []
     for args in cases:
         try:
             value = function(*args)
         except BaseException as err:  # SystemExit, KeyboardInterrupt included
-            name = type(err).__name__
-            results.append(["e", name[:60] if type(name) is str else "exception"])
+            results.append(["e", error_name(err)])
             continue
         try:
             results.append(["v", encode(value, budget)])
@@ -151,6 +178,39 @@ def run_cases(payload: bytes, max_output: int, safe_builtins: dict) -> list:
         except BaseException as err:  # e.g. RecursionError, MemoryError
             results.append(["x", f"output could not be read: {type(err).__name__}"])
     return ["ok", results]
+
+
+def run_check(entry_point: str, test: str, source: str, config: dict) -> list:
+    """Run check(candidate) of the (instrumented) test code in the candidate's namespace, as
+    HumanEval does (its tests may call the prompt's helpers). Each assert calls the recorder,
+    which keeps per assert [times held, first failure: "" none, "f" false, "e:Name" raised]."""
+    random.seed(0)  # tests and candidates that draw unseeded numbers draw the same ones
+    function, namespace, test_code = define(source, entry_point, config["all_builtins"], test)
+    if type(function) is list:
+        return function
+    held: dict[int, list] = {}
+
+    def record(index: object, thunk: object) -> None:
+        entry = held.setdefault(index if type(index) is int else -1, [0, ""])
+        try:
+            ok = bool(thunk())
+        except BaseException as err:
+            entry[1] = entry[1] or f"e:{error_name(err)}"
+            return
+        if ok:
+            entry[0] += 1
+        else:
+            entry[1] = entry[1] or "f"
+
+    namespace[RECORD] = record
+    error = ""
+    try:
+        exec(test_code, namespace)
+        namespace["check"](function)
+    except BaseException as err:
+        error = error_name(err)
+    return ["ok", {"asserts": [[i, n, why] for i, (n, why) in sorted(held.items())],
+                   "error": error}]
 
 
 # System calls a child may make once its program starts: memory, its result pipe, its own exit.
@@ -237,7 +297,10 @@ def child_main(payload: bytes, result_fd: int, timeout: float, config: dict) -> 
         write_all(CHILD_RESULT_FD, b'["crash", "worker error: seccomp filter refused"]')
         os._exit(0)
     try:
-        message = run_cases(payload, config["max_output"], config["safe_builtins"])
+        stream = io.BytesIO(payload)
+        kind, entry_point, data = marshal.load(stream)
+        run = run_check if kind == "check" else run_cases
+        message = run(entry_point, data, marshal.load(stream), config)
         data = json.dumps(message).encode()
     except BaseException as err:
         data = json.dumps(["crash", f"worker error: {type(err).__name__}"]).encode()
@@ -385,9 +448,10 @@ def main() -> None:
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     config = json.loads(sys.argv[3])
     os.environ.pop("PYTHONHASHSEED", None)  # it has done its work; the child sees no environment
-    import unicodedata  # noqa: F401  compile() needs it for non-ASCII names and \N{...}; as
-    # 'nobody' the interpreter's files may not be readable, so load it while they are
+    for module in PRELOAD:  # as 'nobody' the interpreter's files may not be readable
+        __import__(module)
     config["safe_builtins"] = {name: getattr(builtins, name) for name in config["builtins"]}
+    config["all_builtins"] = dict(vars(builtins))
     config["seccomp"] = seccomp_filter()
     config["max_fd"] = max(request_fd, reply_fd, 16) + 1
     memory = config["memory_mb"] * 1024 * 1024
