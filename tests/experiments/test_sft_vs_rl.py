@@ -33,3 +33,33 @@ def test_quick_run_scores_both_arms_per_rung(tmp_path):
         assert m["unseen"] == (m["unseen_depth2"] + m["unseen_depth3"]) / 2
         assert all(0 <= m[r] <= 1 for r in ("rl_only", "seed_neutral_names"))
         assert m["train_seconds"] > 0
+
+
+def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
+    """With a stand-in trainer and evaluator (the tiny model scores 0 everywhere, which would
+    hide a wrong metric): the arm's config reaches train_rl, the rungs' rates are k / n and
+    `unseen` is the mean of both unseen rungs."""
+    from types import SimpleNamespace
+
+    from glmflash.experiments import sft_vs_rl
+
+    trained = []
+    monkeypatch.setattr(sft_vs_rl, "train_rl", lambda init, out, cfg, **kw: trained.append(
+        (init, cfg)))
+    monkeypatch.setattr(sft_vs_rl, "checkpoint_dirs", lambda out: ["step_1", "step_2"])
+    monkeypatch.setattr(sft_vs_rl.ckpt, "load_model", lambda path: (f"model@{path}", None))
+    counts = {"rl_only": (1, 4), "unseen_depth2": (2, 4), "unseen_depth3": (1, 4),
+              "seed_neutral_names": (3, 4)}
+
+    def evaluate(model, rungs, split, per_rung, seed):
+        assert (model, tuple(rungs), split, per_rung, seed) == (
+            "model@step_2", sft_vs_rl.RUNGS, "dev", 4, sft_vs_rl.EVAL_SEED)
+        return {"greedy": SimpleNamespace(per_family=counts)}
+    monkeypatch.setattr(sft_vs_rl, "evaluate_rungs", evaluate)
+    config = {**registry.get("sft-vs-rl").conditions["rl"], "init": "CK", "per_rung": 4}
+    metrics = sft_vs_rl.run(config, seed=3)
+    assert [(init, cfg.objective, cfg.seed, cfg.ladder_share) for init, cfg in trained] == [
+        ("CK", "rloo", 3, 1.0)]
+    assert {k: metrics[k] for k in counts} == {"rl_only": 0.25, "unseen_depth2": 0.5,
+                                               "unseen_depth3": 0.25, "seed_neutral_names": 0.75}
+    assert metrics["unseen"] == 0.375
