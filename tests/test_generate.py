@@ -1,3 +1,6 @@
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -78,3 +81,61 @@ def test_length_limit_and_order():
     assert [c.prompt_ids for c in out] == [tok.encode(p) for p in PROMPTS]
     assert all(len(c.ids) <= 3 for c in out)
     assert all(t == tok.EOS or tok.BYTE_OFFSET <= t < 260 for c in out for t in c.ids)
+
+
+class ScriptedLM(torch.nn.Module):
+    """A fake model whose logits force a scripted continuation of each prompt: after BOS +
+    prompt + j generated tokens it puts all mass on script[prompt][j] (EOS past the end).
+    `step` keeps the whole sequence as its state, so cached and full decoding agree."""
+
+    def __init__(self, scripts: dict[str, list[int]]) -> None:
+        super().__init__()
+        self.cfg = model_config("tiny")
+        self.scripts = {tuple([tok.BOS, *tok.encode(p)]): s for p, s in scripts.items()}
+        self.dummy = torch.nn.Parameter(torch.zeros(()))  # for the device lookup
+
+    def logits(self, seqs: torch.Tensor) -> torch.Tensor:
+        out = torch.full((*seqs.shape, self.cfg.vocab_size), float("-inf"))
+        for b, row in enumerate(seqs.tolist()):
+            [(prompt, script)] = [(p, s) for p, s in self.scripts.items()
+                                  if tuple(row[:len(p)]) == p]
+            j = len(row) - len(prompt)
+            out[b, -1, script[j] if j < len(script) else tok.EOS] = 0.0
+        return out
+
+    def forward(self, seqs: torch.Tensor):
+        return SimpleNamespace(logits=self.logits(seqs))
+
+    def step(self, tokens: torch.Tensor, state=None):
+        seqs = tokens if state is None else torch.cat((state.seqs, tokens), 1)
+        return self.logits(seqs), ScriptState(seqs)
+
+
+@dataclass
+class ScriptState:
+    seqs: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> "ScriptState":
+        return ScriptState(self.seqs[index])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generation_loop_on_scripted_streams(use_cache, temperature):
+    """Through `generate` itself: the dedented line's first token and the EOS are never part of
+    a completion, and rows that stop early leave the others decoding their own scripts."""
+    scripts = {  # four prompts of one length: decoded as one batch
+        "def f(x):\n": ids("    return x\nprint(1)"),
+        "def g(x):\n": [*ids("    y = x\n    return y"), tok.EOS, *ids("\n    junk")],
+        "def h(x):\n": ids("\n    \n\t  z\n" * 4),  # never dedents: stops at the length limit
+        "def k(x):\n": ids("return x"),  # dedented at once: an empty body
+        "def m(x):": ids("\n  return 2\n# done"),  # the prompt ends mid-line
+    }
+    model = ScriptedLM(scripts)
+    out = generate(model, list(scripts), max_new_tokens=24, temperature=temperature,
+                   use_cache=use_cache)
+    assert [(c.text, c.stop) for c in out] == [
+        ("    return x\n", "complete"), ("    y = x\n    return y", "eos"),
+        (tok.decode(scripts["def h(x):\n"][:24]), "length"), ("", "complete"),
+        ("\n  return 2\n", "complete")]
+    assert all(c.ids == tok.encode(c.text) and tok.EOS not in c.ids for c in out)

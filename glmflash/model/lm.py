@@ -152,10 +152,11 @@ class GLMFlash(nn.Module):
         """tokens [B, T] -> logits [B, T, V]; with targets [B, T], the mean cross-entropy
         (targets < 0 are ignored)."""
         out = self.forward_embeddings(self.embedding(tokens))
+        hidden = out.extra.pop("hidden", None)
         if targets is not None:
             out.loss = cross_entropy(out.logits, targets)
             if self.cfg.mtp:
-                mtp = self._mtp_loss(out.extra.pop("hidden"), tokens, targets)
+                mtp = self._mtp_loss(hidden, tokens, targets)
                 out.extra["mtp_loss"] = mtp
                 out.aux_loss = out.aux_loss + mtp
         return out
@@ -175,7 +176,7 @@ class GLMFlash(nn.Module):
         hidden = self.final_norm(merge_streams(h))
         out = ModelOutput(self.output(hidden), aux_loss=aux, load=torch.stack(loads),
                           state=DecodeState(new_states, offset + x.shape[1]))
-        if self.cfg.mtp and self.training:
+        if self.cfg.mtp:  # for the MTP loss, in training and evaluation alike
             out.extra["hidden"] = hidden
         return out
 

@@ -13,6 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from glmflash.bench import cli
+from glmflash.bench import model as bench_model_module
 from glmflash.bench.baselines.naive_model import naive_glmflash
 from glmflash.bench.model import attention_flops, contests
 from glmflash.bench.peak import best_times, peak_memory
@@ -220,3 +221,33 @@ def test_best_times_interleaves_and_takes_the_minimum():
     times = best_times(fns, {"a": 3, "b": 1}, torch.device("cpu"))
     assert calls == ["a", "b", "a", "b", "a", "a"]  # warm-up, then rounds
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+
+
+def test_peak_fraction_follows_from_its_inputs(monkeypatch):
+    """With the timer, matmul peak and memory probe replaced by chosen numbers, each figure is
+    the arithmetic of the docstring: model FLOPs = 6 * active * tokens + 3 * B * attention
+    FLOPs, GFLOP/s = FLOPs / seconds / 1e9, peak_fraction = GFLOP/s / own dtype's peak."""
+    seconds = {"fp32": 0.5, "bf16": 0.25, "naive_fp32": 4.0, "ours": 1e-3, "naive": 3e-3}
+    peaks = {torch.float32: 8.0, torch.bfloat16: 32.0}
+    monkeypatch.setattr(bench_model_module, "best_times",
+                        lambda fns, repeats, device: {k: seconds[k] for k in fns})
+    monkeypatch.setattr(bench_model_module, "matmul_peak",
+                        lambda shapes, dtype, device, repeats, earlier=None:
+                        {"gflops": peaks[dtype], "by_shape": {}})
+    monkeypatch.setattr(bench_model_module, "peak_memory", lambda fn, device: 2**20)
+    cfg = model_config("tiny")
+    B, T = 2, 24
+    m = bench_model_module.bench_model(cfg, B, T, repeats=1, square=32)
+    flops = 6 * parameter_counts(cfg)["active"]["all"] * B * T + 3 * B * attention_flops(cfg, T)
+    assert m["model_flops_per_step"] == flops
+    for p, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        step = m["train_step"][p]
+        assert step["tokens_per_s"] == pytest.approx(B * T / seconds[p], rel=1e-12)
+        assert step["model_gflops"] == pytest.approx(flops / seconds[p] / 1e9, rel=1e-12)
+        assert step["peak_fraction"] == pytest.approx(
+            flops / (seconds[p] * 1e9 * peaks[dtype]), rel=1e-12)
+    assert m["ratios"]["peak_fraction"] == m["train_step"]["fp32"]["peak_fraction"]
+    assert m["ratios"]["peak_fraction_bf16"] == m["train_step"]["bf16"]["peak_fraction"]
+    assert m["ratios"]["train_step_vs_naive"] == pytest.approx(8.0)
+    assert m["ratios"]["train_step_bf16_vs_fp32"] == pytest.approx(2.0)
+    assert m["ratios"]["moe_vs_masked"] == pytest.approx(3.0)

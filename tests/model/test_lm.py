@@ -107,6 +107,25 @@ def test_tied_head_and_counts():
     assert counts["active"]["all"] < counts["total"]["all"]
 
 
+def test_25m_parameter_table_exactly():
+    """The 25m counts per component (README's table, `glmflash info --preset 25m`), each also
+    derived from the shapes: C 192, vocab 263, 12 layers, 8 experts of hidden 384 (top-2),
+    4 streams with one mHC connection per sublayer."""
+    C, V, L, E, H, S = 192, 263, 12, 8, 384, 4
+    per_connection = S * C * (2 * S + S * S) + 3 + 2 * S + S * S  # proj, alphas, biases
+    derived = {"embedding": V * C, "attention": L * 4 * C * C, "router": L * C * E,
+               "routed_experts": L * E * 3 * C * H, "shared_experts": L * 3 * C * H,
+               "streams": 2 * L * per_connection, "norms": (2 * L + 1) * C, "mtp": 0}
+    table = {"embedding": 50_496, "attention": 1_769_472, "router": 18_432,
+             "routed_experts": 21_233_664, "shared_experts": 2_654_208, "streams": 443_016,
+             "norms": 4_800, "mtp": 0}
+    assert derived == table
+    counts = parameter_counts(model_config("25m"))
+    assert counts["total"] == {**table, "all": 26_174_088}
+    assert counts["active"] == {**table, "routed_experts": 5_308_416, "all": 10_248_840}
+    assert 5_308_416 * 4 == table["routed_experts"]  # top-2 of 8
+
+
 @pytest.mark.parametrize("shape", [(3, 8), (2, 5, 64), (1, 1, 192)])
 def test_rmsnorm_matches_torch(shape):
     x = torch.randn(shape, dtype=torch.float64)
@@ -115,3 +134,39 @@ def test_rmsnorm_matches_torch(shape):
         norm.weight.normal_()
     ref = F.rms_norm(x, (shape[-1],), norm.weight, eps=1e-6)
     assert torch.allclose(norm(x), ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["default", "mtp"])
+def test_aux_loss_sums_every_layers_balance_loss(name):
+    """aux_loss = sum over layers of coef * E * sum_e f_e P_e, each recomputed from the
+    layer's MoE input (+ the MTP loss when on); no single layer's loss equals the sum."""
+    model = perturbed(tiny(balance_coef=0.5, **VARIANTS[name])).train()
+    inputs = []
+    hooks = [moe.register_forward_hook(lambda m, args, out: inputs.append(args[0]))
+             for moe in model.moe_layers()]
+    tokens = torch.randint(4, 260, (2, 24))
+    out = model(tokens[:, :-1], tokens[:, 1:])
+    for h in hooks:
+        h.remove()
+    per_layer = []
+    for moe, x in zip(model.moe_layers(), inputs, strict=True):
+        index, _, probs = moe.route(x.reshape(-1, x.shape[-1]))
+        f = torch.bincount(index.flatten(), minlength=moe.n_experts).double() / index.numel()
+        per_layer.append(0.5 * moe.n_experts * (f * probs.mean(0)).sum())
+    expected = sum(per_layer) + out.extra.get("mtp_loss", 0.0)
+    assert len(per_layer) == model.cfg.n_layers
+    assert torch.allclose(out.aux_loss, expected, rtol=1e-12)
+    assert all(out.aux_loss > loss + 0.4 for loss in per_layer)  # each is about coef = 0.5
+
+
+def test_mtp_loss_in_eval_mode_too():
+    """With MTP on, a forward with targets gives the same losses in eval mode as in training
+    mode (the model has no dropout): evaluation must not need the training-only path."""
+    model = perturbed(tiny(mtp=True))
+    tokens = torch.randint(4, 260, (2, 24))
+    train = model.train()(tokens[:, :-1], tokens[:, 1:])
+    evaluated = model.eval()(tokens[:, :-1], tokens[:, 1:])
+    assert train.extra["mtp_loss"] > 0 and "hidden" not in evaluated.extra
+    for a, b in ((train.loss, evaluated.loss), (train.aux_loss, evaluated.aux_loss),
+                 (train.extra["mtp_loss"], evaluated.extra["mtp_loss"])):
+        assert torch.equal(a, b)

@@ -1,17 +1,29 @@
-"""Pretraining: schedule, a tiny run, exact resume, data parallel == single process, errors."""
+"""Pretraining: schedule, a tiny run, exact resume (RNGs included), data parallel == single
+process, the balance loss and bias balancing in the loop, MTP with evaluation, errors."""
 
 import json
 import os
+import random
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from glmflash.cli import main
-from glmflash.config import PretrainConfig
-from glmflash.train.pretrain import TrainError, checkpoint_dirs, lr_at, pretrain
+from glmflash.config import PretrainConfig, model_config
+from glmflash.model.lm import GLMFlash
+from glmflash.train.distributed import DistInfo
+from glmflash.train.pretrain import (
+    TrainError,
+    checkpoint_dirs,
+    lr_at,
+    pretrain,
+    training_stream,
+)
 
 FAST = dict(preset="tiny", steps=4, batch_size=4, seq_len=32, warmup=1, eval_every=2,
             eval_batches=1, eval_tasks=0, ckpt_every=2, precision="fp32")
@@ -54,7 +66,6 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     pretrain(cfg, tmp_path / "a", device="cpu")
     pretrain(cfg, tmp_path / "b", device="cpu")
     # interrupt b after its step-2 checkpoint: drop what came later, then resume
-    import shutil
     shutil.rmtree(checkpoint_dirs(tmp_path / "b")[-1])
     pretrain(cfg, tmp_path / "b", device="cpu", resume=True)
     starts = [m["start_step"] for m in json.loads((tmp_path / "b" / "run.json").read_text())
@@ -111,3 +122,71 @@ def test_two_processes_equal_one(tmp_path):
     for k in w1:
         assert torch.allclose(w1[k], w2[k], atol=1e-5, rtol=1e-4), k
     assert losses(tmp_path / "one") == pytest.approx(losses(tmp_path / "two"), rel=1e-5)
+
+
+def test_mtp_run_evaluates_and_trains_its_head(tmp_path):
+    """--model-option mtp=true: the periodic evaluation (dev loss and dev pass@1) runs, and the
+    MTP head's weights move."""
+    cfg = PretrainConfig(**{**FAST, "steps": 2, "eval_every": 2, "eval_tasks": 1})
+    pretrain(cfg, tmp_path / "run", device="cpu", model_overrides={"mtp": True})
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows if "dev_loss" in r and "dev_pass1" in r] == [2]
+    torch.manual_seed(cfg.seed)
+    start = GLMFlash(model_config("tiny", mtp=True)).state_dict()
+    trained = weights(tmp_path / "run")
+    assert not torch.equal(trained["mtp_proj.weight"], start["mtp_proj.weight"])
+
+
+def test_balance_loss_is_in_the_training_loss(tmp_path):
+    """One step from the same start with balance_coef 0 and 1: the routers end apart only if
+    the balance loss (whose gradient reaches the router) is part of the loss trained on."""
+    cfg = PretrainConfig(**{**FAST, "steps": 1, "eval_every": 1, "ckpt_every": 1})
+    runs = {}
+    for coef in (0.0, 1.0):
+        pretrain(cfg, tmp_path / str(coef), device="cpu", model_overrides={"balance_coef": coef})
+        runs[coef] = weights(tmp_path / str(coef))
+    routers = [k for k in runs[0.0] if k.endswith("moe.router.weight")]
+    assert len(routers) == 4
+    assert all(not torch.equal(runs[0.0][k], runs[1.0][k]) for k in routers)
+    assert [json.loads(line)["aux"] for line in (tmp_path / "0.0" / "metrics.jsonl").open()] \
+        == [0.0]
+
+
+def test_bias_balancing_is_updated_by_each_step(tmp_path):
+    """balance=bias: after one step each layer's selection bias is rate * sign(mean load -
+    load), the load being the initial model's routing of the first training batch."""
+    cfg = PretrainConfig(**{**FAST, "steps": 1, "eval_every": 1, "ckpt_every": 1})
+    options = {"balance": "bias", "bias_rate": 0.25}
+    pretrain(cfg, tmp_path / "run", device="cpu", model_overrides=options)
+    torch.manual_seed(cfg.seed)  # the run's initial model and first batch, recomputed
+    model = GLMFlash(model_config("tiny", **options)).train()
+    x, y = training_stream(cfg, DistInfo()).batch(0, cfg.batch_size)
+    load = model(x, y).load
+    expected = 0.25 * torch.sign(load.mean(-1, keepdim=True) - load)
+    trained = weights(tmp_path / "run")
+    bias = torch.stack([trained[f"layers.{i}.moe.select_bias"] for i in range(4)])
+    assert expected.abs().sum() > 0 and torch.equal(bias, expected)
+
+
+def test_resume_restores_the_global_rngs(tmp_path, monkeypatch):
+    """The model draws nothing from the global RNGs after its initialisation, so a stand-in for
+    dropout does: a training forward scales the loss by draws from torch, random and numpy.
+    The resumed run equals the uninterrupted one only if all three states are restored."""
+    forward = GLMFlash.forward
+
+    def noisy(self, tokens, targets=None):
+        out = forward(self, tokens, targets)
+        if self.training and out.loss is not None:
+            noise = float(torch.rand(())) + random.random() + float(np.random.rand())
+            out.loss = out.loss * (1 + 0.1 * noise)
+        return out
+
+    monkeypatch.setattr(GLMFlash, "forward", noisy)
+    cfg = PretrainConfig(**FAST)
+    pretrain(cfg, tmp_path / "a", device="cpu")
+    pretrain(cfg, tmp_path / "b", device="cpu")
+    shutil.rmtree(checkpoint_dirs(tmp_path / "b")[-1])  # killed after the step-2 checkpoint
+    pretrain(cfg, tmp_path / "b", device="cpu", resume=True)
+    wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")

@@ -1,18 +1,25 @@
-"""RLOO: advantages and loss against hand computation, zero-spread groups, scopes, a toy run."""
+"""RLOO: advantages and loss against hand computation, zero-spread groups, scopes, a toy run,
+resume after a kill, checkpoint selection."""
+
+import json
+from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from glmflash import tokenizer as tok
 from glmflash.cli import main
 from glmflash.config import model_config
 from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
-from glmflash.generate import generate
+from glmflash.generate import Completion, generate
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
 from glmflash.train.rl import (
     RLConfig,
+    _best_so_far,
+    _evaluate_dev,
     _sft_step,
     dev_tasks,
     policy_loss,
@@ -23,7 +30,9 @@ from glmflash.train.rl import (
     rloo_update,
     sequence_logprobs,
     set_scope,
+    train_rl,
 )
+from glmflash.verify import Verdict
 
 
 def tiny_model(seed: int = 0) -> GLMFlash:
@@ -246,3 +255,112 @@ def test_sft_step_lowers_the_reference_bodies_loss():
     for _ in range(5):
         _sft_step(model, None, None, opt, params, batch, 0, cfg, None)
     assert nll() < before - 0.5
+
+
+def test_rloo_update_scores_the_sampled_tokens_and_averages_over_all():
+    """Mixed zero and non-zero advantages, completions ended by EOS, by a dedent, by the
+    length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N
+    completions, y_i the body plus its EOS when it ended there, each computed on its own."""
+    model = tiny_model(3).double()
+    prompts = [tok.encode(p) for p in ("def f(x):\n", "def g(a):\n", "# r\ndef hh(y):\n",
+                                       "def k(x):\n", "def m(zz):\n")]
+    made = [("    return x", "eos", 0.75), ("    return 1\n", "complete", 0.0),
+            ("    y = x", "eos", -0.25), ("", "complete", 0.0), ("  z\n", "length", -0.5)]
+    comps = [Completion(p, tok.encode(text), text, stop)
+             for p, (text, stop, _) in zip(prompts, made, strict=True)]
+    adv = torch.tensor([a for *_, a in made], dtype=torch.float64)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.0)  # keeps the weights; the gradients stay in .grad
+    loss = rloo_update(model, None, opt, params, prompts, comps, adv, RLConfig(grad_clip=1e9))
+    got = [p.grad.clone() for p in params]
+    model.zero_grad()
+    expected = 0.0
+    for prompt, (_, stop, a), c in zip(prompts, made, comps, strict=True):
+        scored = c.ids + [tok.EOS] * (stop == "eos")
+        ids = torch.tensor([[tok.BOS, *prompt, *scored]])
+        logp = torch.log_softmax(model(ids[:, :-1]).logits[0], -1)
+        expected = expected - a * sum(logp[len(prompt) + t, y] for t, y in enumerate(scored)) / 5
+    expected.backward()
+    assert loss == pytest.approx(float(expected.detach()), rel=1e-10)
+    for p, g in zip(params, got, strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-8, atol=1e-12)
+
+
+def length_verdicts(sources, tasks):
+    """A stand-in verifier with reward spread for a random model: pass iff the program's length
+    is a multiple of 3 (the completions differ in how many blank lines they hold)."""
+    return [Verdict("pass" if len(s) % 3 == 0 else "fail", int(len(s) % 3 == 0), 1)
+            for s in sources]
+
+
+class Killed(Exception):
+    """The process dying part-way through a step."""
+
+
+def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Killed in its second step (after that step's rollouts were written, before its
+    checkpoint), then resumed: rollouts, metrics, final weights and the best checkpoint equal
+    those of the run that was never interrupted (KL and ptx terms on). Both steps update, and
+    the best dev score comes before the kill, so each piece of saved state matters."""
+    monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", context=192))  # room for the ladder's prompts
+    with torch.no_grad():  # far from uniform, so completions differ and rewards spread
+        model.embedding.weight.mul_(4)
+    init = save_model(tmp_path / "ck", model)
+    cfg = RLConfig(families=("double", "even"), groups=4, group_size=3, tasks_per_step=2,
+                   eval_every=2, dev_per_family=2, dev_ladder=4, max_new_tokens=8, kl=0.1,
+                   ptx=0.5, ptx_batch=2, lr=1e-2, scope="all")
+    calls = []
+
+    def dies_in_step_2(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Killed
+        return rloo_update(*args, **kwargs)
+
+    kw = dict(device="cpu", log=lambda _: None, progress=False)
+    train_rl(init, tmp_path / "whole", cfg, **kw)
+    monkeypatch.setattr("glmflash.train.rl.rloo_update", dies_in_step_2)
+    with pytest.raises(Killed):
+        train_rl(init, tmp_path / "killed", cfg, **kw)
+    monkeypatch.setattr("glmflash.train.rl.rloo_update", rloo_update)
+    train_rl(init, tmp_path / "killed", cfg, resume=True, **kw)
+
+    def rows(run: str, name: str) -> list[dict]:
+        return [{k: v for k, v in json.loads(line).items() if k != "rollouts_per_s"}
+                for line in (tmp_path / run / name).open()]
+
+    rollouts = rows("whole", "rollouts.jsonl")
+    assert len(rollouts) == 12 and len({r["reward"] for r in rollouts}) == 2
+    assert rows("killed", "rollouts.jsonl") == rollouts
+    metrics = rows("whole", "metrics.jsonl")
+    assert len(metrics) == 2 and all(r["loss"] != 0 for r in metrics)  # both steps update
+    assert rows("killed", "metrics.jsonl") == metrics
+    for folder in ("checkpoints/step_000004", "best"):
+        a, b = (load_file(str(tmp_path / run / folder / "model.safetensors"))
+                for run in ("whole", "killed"))
+        assert all(torch.equal(a[k], b[k]) for k in a), folder
+    best = [json.loads((tmp_path / run / "best" / "config.json").read_text())["meta"]
+            for run in ("whole", "killed")]
+    assert best[0]["best"] == best[1]["best"]
+    assert best[0]["best"]["group"] == 2  # chosen before the kill: the resume must keep it
+
+
+def test_best_checkpoint_ties_go_to_the_later_one(tmp_path, monkeypatch):
+    """Checkpoint selection by dev pass@1: a strictly lower score keeps the best, an equal one
+    replaces it (the later checkpoint wins a tie); best/ holds the chosen weights."""
+    scores = iter([0.5, 0.25, 0.5, 0.4])
+    monkeypatch.setattr("glmflash.train.rl.evaluate_tasks",
+                        lambda *a, **k: SimpleNamespace(pass_rate=next(scores)))
+    best, chosen = None, {}
+    for g in (0, 2, 4, 6):
+        model = tiny_model(g)
+        chosen[g] = model.embedding.weight.detach().clone()
+        best = _evaluate_dev(model, [], RLConfig(), tmp_path, g, best)
+        assert best["last"] == [0.5, 0.25, 0.5, 0.4][g // 2]
+        assert (best["group"], best["dev_pass1"]) == {0: (0, 0.5), 2: (0, 0.5), 4: (4, 0.5),
+                                                      6: (4, 0.5)}[g]
+    saved = load_file(str(tmp_path / "best" / "model.safetensors"))
+    assert torch.equal(saved["embedding.weight"], chosen[4])
+    assert _best_so_far(tmp_path) == {"group": 4, "dev_pass1": 0.5, "last": 0.5}
