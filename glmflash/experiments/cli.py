@@ -52,6 +52,13 @@ def add_arguments(p) -> None:
                    help="import this module or .py file first, for the experiments it defines")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="replace a setting of every condition, e.g. --set init=runs/ckpt")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local: this machine's processes; ray: one Ray task per run "
+                        "(extra [ray]), on a local instance or the cluster at --address")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address (e.g. HEAD_IP:6379 after `ray start --head`)")
+    p.add_argument("--gpus-per-run", type=float, default=0.0,
+                   help="GPUs each Ray task reserves (default 0: one CPU each)")
     p.add_argument("--no-report", action="store_true", help="do not write the report")
 
 
@@ -68,7 +75,8 @@ def run(args) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         summary = run_experiment(experiment, Path(args.out), seeds=seeds, workers=args.workers,
                                  resume=args.resume, quick=args.quick,
-                                 overrides=parse_settings(args.set))
+                                 overrides=parse_settings(args.set), backend=args.backend,
+                                 address=args.address, gpus_per_run=args.gpus_per_run)
         if not args.no_report:
             print(write_report(summary.folder))
     except (RunnerError, ReportError, ValueError) as e:

@@ -5,10 +5,13 @@
                                              metrics (with learning curves), timing
 
 Each run is a pure function (configuration, seed) -> metrics, so runs are independent and
-their order does not matter. They execute in worker processes started by `spawn` (a fresh
-interpreter: no state inherited from the parent), each limited to one thread, so N workers
-use N cores and the numbers do not depend on N. A worker writes its run's file atomically
-(a temporary file, then a rename), so a run's file exists only when the run is complete. An
+their order does not matter. Backend "local": they execute in worker processes started by
+`spawn` (a fresh interpreter: no state inherited from the parent), each limited to one
+thread, so N workers use N cores and the numbers do not depend on N; a worker writes its run's
+file atomically (a temporary file, then a rename), so a run's file exists only when the run is
+complete. Backend "ray": each run is a Ray task with one CPU (and GPUs if asked) on a local
+Ray instance or a cluster (`address`); the task returns its record and this process writes
+the same file, so the folder, --resume and the results are those of the local backend. An
 exception inside a run is recorded in its file (status "error", with the traceback) and the
 other runs go on; --resume skips the runs that finished with status "ok" and retries the rest.
 """
@@ -35,6 +38,8 @@ from glmflash.train.progress import Progress
 
 DEFINITION = "experiment.json"
 RUNS = "runs"
+BACKENDS = ("local", "ray")
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 class RunnerError(RuntimeError):
@@ -93,8 +98,8 @@ def _check_metrics(metrics: Any, metric: str) -> None:
     json.dumps(metrics, allow_nan=False)  # must be storable as it is
 
 
-def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any]:
-    """Run one job and save its record atomically; exceptions become status "error"."""
+def run_job(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any]:
+    """Run one job and return its record; exceptions become status "error"."""
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0, c0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"experiment": experiment, "condition": job.condition,
@@ -109,6 +114,12 @@ def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any
                       traceback=traceback.format_exc())
     record.update(started=started, seconds=time.perf_counter() - t0,
                   cpu_seconds=time.process_time() - c0, pid=os.getpid())
+    return record
+
+
+def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any]:
+    """Run one job and save its record atomically (in the worker that ran it)."""
+    record = run_job(run, experiment, metric, job)
     write_json_atomic(job.path, record)
     return record
 
@@ -123,9 +134,44 @@ def _one_thread() -> None:
 
 def _worker_init() -> None:
     """Worker initializer: one thread for the native libraries that are imported later too."""
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = "1"
+    os.environ.update(ONE_THREAD)
     _one_thread()
+
+
+def _run_on_ray(experiment: Experiment, jobs: list[Job], workers: int, address: str | None,
+                gpus_per_run: float, done: Callable[[dict[str, Any]], None],
+                lost: list[Job]) -> None:
+    """Each job a Ray task (one CPU, `gpus_per_run` GPUs); records are written here as the
+    tasks finish. Without `address`, a local instance with `workers` CPUs is started."""
+    try:
+        import ray
+    except ImportError:
+        raise RunnerError("the ray backend needs ray: pip install 'glmflash[ray]'") from None
+    module = sys.modules.get(getattr(experiment.run, "__module__", ""))
+    if module is not None and not module.__name__.startswith("glmflash."):
+        ray.cloudpickle.register_pickle_by_value(module)  # a user's file: workers can't import it
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, num_cpus=None if address else workers,
+                 include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": ONE_THREAD})
+    try:
+        task = ray.remote(num_cpus=1, num_gpus=gpus_per_run, max_retries=0)(run_job)
+        pending = {task.remote(experiment.run, experiment.name, experiment.metric, job): job
+                   for job in jobs}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ready[0])
+            try:
+                record = ray.get(ready[0])
+            except ray.exceptions.RayError:  # the worker died: like a broken process pool
+                lost.append(job)
+                continue
+            write_json_atomic(job.path, record)
+            done(record)
+    finally:
+        if started_here:
+            ray.shutdown()
 
 
 def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bool,
@@ -181,13 +227,21 @@ def _end_session(folder: Path, started: str, figures: dict[str, Any]) -> None:
 def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ...] | None = None,
                    workers: int = 1, resume: bool = False, quick: bool = False,
                    overrides: dict[str, Any] | None = None,
-                   log: Callable[[str], None] | None = None) -> Summary:
-    """Run the grid of `experiment` into OUT/NAME. With workers == 1 the runs execute in this
-    process (one thread, as in a worker); otherwise in `workers` spawned processes.
-    `overrides` replace settings of every condition (the command's --set KEY=VALUE)."""
+                   log: Callable[[str], None] | None = None, backend: str = "local",
+                   address: str | None = None, gpus_per_run: float = 0.0) -> Summary:
+    """Run the grid of `experiment` into OUT/NAME. Backend "local": with workers == 1 the runs
+    execute in this process (one thread, as in a worker); otherwise in `workers` spawned
+    processes. Backend "ray": as Ray tasks, on a cluster at `address` or on a local instance
+    with `workers` CPUs. `overrides` replace settings of every condition (--set KEY=VALUE)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if workers < 1:
         raise RunnerError(f"--workers must be at least 1, got {workers}")
+    if backend not in BACKENDS:
+        raise RunnerError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "local" and (address is not None or gpus_per_run):
+        raise RunnerError("--address and --gpus-per-run need --backend ray")
+    if gpus_per_run < 0:
+        raise RunnerError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
     seeds = tuple(seeds) if seeds is not None else (
         experiment.quick_seeds if quick else experiment.seeds)
     if not seeds or len(set(seeds)) != len(seeds):
@@ -196,11 +250,13 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
     jobs, skipped = plan(experiment, folder, seeds, quick, resume, overrides)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     _start_session(folder, experiment, seeds, quick,
-                   {"started": started, "workers": workers, "planned": len(jobs),
-                    "skipped": skipped})
+                   {"started": started, "workers": workers, "backend": backend,
+                    "planned": len(jobs), "skipped": skipped})
     total = len(jobs) + skipped
     log(f"{experiment.name}: {len(jobs)} run(s) to do, {skipped} already finished, "
-        f"{len(experiment.conditions)} condition(s) x {len(seeds)} seed(s), {workers} worker(s)")
+        f"{len(experiment.conditions)} condition(s) x {len(seeds)} seed(s), "
+        + (f"on Ray ({address or f'local, {workers} CPUs'})" if backend == "ray"
+           else f"{workers} worker(s)"))
     progress = Progress(total, skipped, unit="run", desc=experiment.name, every_s=0.0)
     counts = {"executed": 0, "failed": 0}
     lost: list[Job] = []
@@ -219,7 +275,9 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
         progress.update(skipped + counts["executed"], **figures)
 
     try:
-        if workers == 1:
+        if backend == "ray" and jobs:
+            _run_on_ray(experiment, jobs, workers, address, gpus_per_run, done, lost)
+        elif workers == 1 and backend == "local":
             torch = sys.modules.get("torch")
             threads = torch.get_num_threads() if torch is not None else None
             try:
@@ -228,7 +286,7 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
             finally:
                 if threads is not None:
                     torch.set_num_threads(threads)
-        elif jobs:
+        elif jobs and backend == "local":
             context = multiprocessing.get_context("spawn")
             with cf.ProcessPoolExecutor(workers, mp_context=context,
                                         initializer=_worker_init) as pool:
