@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from glmflash import tokenizer as tok
 from glmflash.data.code_tasks import CodeTask
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.generate import generate
@@ -72,9 +73,13 @@ def completion_source(task: CodeTask, completion: str) -> str:
 def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "greedy",
                    samples: int = 8, k: int | None = None, temperature: float = 0.8,
                    top_p: float = 1.0, seed: int = 0, max_new_tokens: int = MAX_NEW_TOKENS,
-                   groups: Sequence[str] | None = None) -> EvalResult:
+                   groups: Sequence[str] | None = None, min_room: int = 0) -> EvalResult:
     """Greedy pass@1 (mode 'greedy') or sampled pass@k over `samples` draws per task, scored
-    per group: `groups[i]` labels task i (default: its family; a ladder rung, say)."""
+    per group: `groups[i]` labels task i (default: its family; a ladder rung, say).
+
+    With `min_room` > 0, a prompt that would leave fewer than `min_room` tokens of the model's
+    context to answer in is shown without its first bytes (its records say `prompt_cut`);
+    the program judged is always the whole prompt followed by the completion."""
     from glmflash.verify import verify_many
 
     if mode not in ("greedy", "sample"):
@@ -86,7 +91,14 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
     labels = [t.family for t in tasks] if groups is None else list(groups)
     if len(labels) != len(tasks):
         raise ValueError(f"{len(labels)} group labels for {len(tasks)} tasks")
-    prompts = [t.prompt for t in tasks for _ in range(n)]
+    keep = model.cfg.context - 1 - min_room if min_room > 0 else None  # 1: BOS
+    if keep is not None and keep < 1:
+        raise ValueError(f"min_room {min_room} leaves no room for a prompt in a context of "
+                         f"{model.cfg.context}")
+    shown: list[str | list[int]] = [
+        tok.encode(t.prompt)[-keep:] if keep and len(tok.encode(t.prompt)) > keep else t.prompt
+        for t in tasks]
+    prompts = [p for p in shown for _ in range(n)]
     completions = generate(model, prompts, max_new_tokens=max_new_tokens,
                            temperature=0.0 if mode == "greedy" else temperature, top_p=top_p,
                            seed=seed)
@@ -99,7 +111,8 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
         passed[i // n] += v.status == "pass"
         result.records.append({"group": g, "family": t.family, "name": t.name, "prompt": t.prompt,
                                "completion": c.text, "stop": c.stop, "status": v.status,
-                               "passed": v.passed, "total": v.total, "reason": v.reason})
+                               "passed": v.passed, "total": v.total, "reason": v.reason,
+                               "prompt_cut": len(c.prompt_ids) < len(tok.encode(t.prompt))})
     for j, g in enumerate(labels):
         score = pass_at_k(n, passed[j], k)
         entry = result.per_family.setdefault(g, [0.0, 0])
@@ -121,6 +134,16 @@ def add_arguments(p) -> None:
                         "(the default when the flag is given alone) or names separated by "
                         "commas; greedy pass@1 and, with --samples > 0, sampled pass@k")
     p.add_argument("--per-rung", type=int, default=24, help="tasks per rung")
+    p.add_argument("--tasks", default=None, metavar="FILE.jsonl",
+                   help="evaluate your own tasks: one JSON object a line, {prompt, entry_point, "
+                        "cases: [{args, expected}] or test: 'def check(candidate): ...', "
+                        "group}; scores per group and overall (needs --out)")
+    p.add_argument("--benchmark", choices=("humaneval",), default=None,
+                   help="HumanEval's 164 problems through the sandbox (extra [humaneval]; "
+                        "needs --out)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --tasks or --benchmark: skip the tasks whose records --out "
+                        "already holds")
     p.add_argument("--mode", choices=("greedy", "sample"), default="greedy")
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--k", type=int, default=None, help="k of pass@k (default: --samples)")
@@ -130,6 +153,23 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=None, help="JSON file for every prompt, completion, verdict")
+
+
+def run_user_tasks(model, todo: list[CodeTask], args) -> dict[str, Any]:
+    """--tasks FILE or --benchmark humaneval: records beside --out (OUT.records.jsonl), saved as
+    they are made, so --resume evaluates nothing twice."""
+    from pathlib import Path
+
+    from glmflash.evaluate.user_tasks import evaluate_saved
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    records = out.with_suffix(".records.jsonl")
+    summary = evaluate_saved(model, todo, records, args.resume, args.mode, args.samples,
+                             args.k, args.temperature, args.top_p, args.seed,
+                             args.max_new_tokens)
+    return {"checkpoint": str(args.checkpoint), "tasks": args.tasks or args.benchmark,
+            **summary, "records": str(records)}
 
 
 def run(args) -> int:
@@ -142,8 +182,23 @@ def run(args) -> int:
     from glmflash.evaluate.rungs import evaluate_rungs, parse_rungs, rung_table
     from glmflash.train.checkpoint import CheckpointError, load_model
 
+    if args.tasks and args.benchmark:
+        raise CLIError("give --tasks or --benchmark, not both")
+    if args.resume and not (args.tasks or args.benchmark):
+        raise CLIError("--resume applies to --tasks and --benchmark")
     try:
         rungs = parse_rungs(args.rungs) if args.rungs is not None else None
+        if args.tasks or args.benchmark:
+            from glmflash.evaluate.user_tasks import humaneval_tasks, load_tasks
+            if not args.out:
+                raise ValueError("--tasks and --benchmark need --out FILE.json (records are "
+                                 "saved beside it as they are made)")
+            todo = load_tasks(args.tasks) if args.tasks else humaneval_tasks()
+            model, _ = load_model(args.checkpoint, resolve_device(args.device))
+            summary = run_user_tasks(model, todo, args)
+            Path(args.out).write_text(json.dumps(summary, indent=2))
+            print(json.dumps(summary))
+            return 0
         model, _ = load_model(args.checkpoint, resolve_device(args.device))
         if rungs is not None:
             results = evaluate_rungs(model, rungs, args.split, args.per_rung, args.seed,
@@ -153,7 +208,7 @@ def run(args) -> int:
                          per_family=args.per_family, seed=args.seed)
             result = evaluate_tasks(model, todo, args.mode, args.samples, args.k,
                                     args.temperature, args.top_p, args.seed, args.max_new_tokens)
-    except (CheckpointError, ValueError) as e:
+    except (CheckpointError, ValueError, FileNotFoundError) as e:
         raise CLIError(str(e)) from None
     if rungs is not None:
         data = {"checkpoint": str(args.checkpoint), "split": args.split,
