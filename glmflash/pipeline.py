@@ -105,8 +105,7 @@ class Pipeline:
 
         def do_pretrain(folder: Path) -> dict[str, Any]:
             run_dir = folder / "run"
-            resume = (run_dir / "run.json").is_file()
-            summary = pretrain(p.pretrain, run_dir, self.device, resume=resume)
+            summary = pretrain(p.pretrain, run_dir, self.device, resume=resumable(run_dir))
             return {"summary": summary, "selected": str(select_by_dev_loss(run_dir))}
 
         pre = self.stage("pretrain", do_pretrain)
@@ -115,8 +114,7 @@ class Pipeline:
 
         def do_rl(folder: Path) -> dict[str, Any]:
             run_dir = folder / "run"
-            resume = (run_dir / "run.json").is_file()
-            summary = train_rl(base, run_dir, p.rl, self.device, resume=resume)
+            summary = train_rl(base, run_dir, p.rl, self.device, resume=resumable(run_dir))
             return {"summary": summary, "selected": str(run_dir / "best")}
 
         rl = self.stage("rl", do_rl)
@@ -210,6 +208,18 @@ class Pipeline:
                        "best_dev": rl["summary"].get("best_dev")},
                 "vision": {"heldout_correct": vision["heldout_correct"],
                            "train_correct": vision["train_correct"]}}
+
+
+def resumable(run_dir: Path) -> bool:
+    """Whether a stage's training run resumes: only from a checkpoint. A run killed before its
+    first one is removed and starts afresh (pretraining refuses to resume without a checkpoint,
+    and its run.json may be half written)."""
+    from glmflash.train.pretrain import checkpoint_dirs
+
+    if checkpoint_dirs(run_dir):
+        return True
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return False
 
 
 def select_by_dev_loss(run_dir: Path) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import shutil
 import sys
@@ -101,8 +102,11 @@ def save_training_state(out: Path, step: int, model: GLMFlash,
     torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()},
                tmp / STATE)
     ckpt.commit_dir(tmp, final)
-    for old in checkpoint_dirs(out)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    for old in checkpoint_dirs(out)[:-keep]:  # out of the list first: never half deleted
+        trash = old.with_name(f".{old.name}.old-{os.getpid()}")
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
     return final
 
 
@@ -246,6 +250,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
                                      "dev_loss": metrics.get("dev_loss")})
         last = metrics
     progress.close()
+    if start == cfg.steps and dist.is_main:  # resumed at the end: the last step's figures
+        last = next(reversed(list(read_jsonl(out / METRICS))), {})
     summary.update(last)
     summary["wall_seconds"] = time.perf_counter() - t0
     if dist.is_main:
@@ -337,7 +343,9 @@ def trim_metrics(path: Path, step: int) -> None:
     """Drop metric rows past `step` (written after the checkpoint a resume starts from)."""
     if path.is_file():
         rows = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp = path.with_suffix(".tmp")  # a kill mid-write must not lose the kept rows
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(path)
 
 
 def plot_losses(metrics: Path, png: Path) -> None:

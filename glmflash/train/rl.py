@@ -230,6 +230,9 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     order = rl_tasks(cfg)
     dev = dev_tasks(cfg)
     best = _best_so_far(out)
+    evals = [r["dev_pass1"] for r in read_jsonl(out / METRICS) if "dev_pass1" in r]
+    if best is not None and evals:  # "last" is the latest evaluation, not the best one's
+        best["last"] = evals[-1]
     if start == 0 and best is None:
         best = _evaluate_dev(model, dev, cfg, out, 0, None)
     bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
