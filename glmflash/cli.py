@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("glmflash.info", "parameter counts per component, layer pattern and options"),
     "verify": ("glmflash.verify.cli", "check candidate code against a task's hidden cases"),
     "generate": ("glmflash.generate", "complete prompts with a checkpoint"),
+    "export": ("glmflash.export.hf", "a checkpoint as a Hugging Face folder (trust_remote_code)"),
     "eval": ("glmflash.evaluate.coding", "greedy pass@1 or sampled pass@k on a task split"),
     "rl": ("glmflash.train.rl", "RLOO post-training against the sandboxed verifier"),
     "vision": ("glmflash.train.vision", "teach the model to read rendered digits"),
