@@ -223,7 +223,8 @@ def resumable(run_dir: Path) -> bool:
 
 
 def select_by_dev_loss(run_dir: Path) -> Path:
-    """The kept checkpoint with the lowest dev loss (the latest when none has one)."""
+    """The kept checkpoint with the lowest dev loss, the later one on a tie (it has trained
+    longer for the same loss); the latest when none has a dev loss."""
     from glmflash.train.pretrain import checkpoint_dirs
 
     best, best_loss = None, float("inf")

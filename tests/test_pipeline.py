@@ -39,3 +39,22 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     # a second run finds every stage done and only rewrites the report
     assert main(["pipeline", "--quick", "--out", str(out), "--device", "cpu"]) == 0
     assert capsys.readouterr().err.count("already done") == 5
+
+
+def test_checkpoint_selection_takes_the_lowest_dev_loss_and_the_later_on_a_tie(tmp_path):
+    from glmflash.pipeline import select_by_dev_loss
+
+    def checkpoint(step, dev_loss):
+        folder = tmp_path / "checkpoints" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({"meta": {"dev_loss": dev_loss}}))
+
+    for step, loss in ((10, 0.7), (20, 0.5), (30, None), (40, 0.5), (50, 0.6)):
+        checkpoint(step, loss)
+    assert select_by_dev_loss(tmp_path).name == "step_000040"
+    (tmp_path / "checkpoints" / "step_000040" / "config.json").write_text(
+        json.dumps({"meta": {"dev_loss": 0.4}}))
+    assert select_by_dev_loss(tmp_path).name == "step_000040"
+    for step in (10, 20, 40, 50):
+        checkpoint(step + 100, None)
+    assert select_by_dev_loss(tmp_path).name == "step_000040"
