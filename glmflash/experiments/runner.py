@@ -38,6 +38,7 @@ from glmflash.train.progress import Progress
 
 DEFINITION = "experiment.json"
 RUNS = "runs"
+TENSORBOARD = "tensorboard"  # OUT/NAME/tensorboard/<condition>__seed<k>/: each run's curves
 BACKENDS = ("local", "ray")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -117,10 +118,19 @@ def run_job(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any
     return record
 
 
+def save_record(job: Job, record: dict[str, Any]) -> None:
+    """The run's file, and its curves as TensorBoard events under OUT/NAME/tensorboard/."""
+    from glmflash.train.tensorboard import write_curves
+
+    write_json_atomic(job.path, record)
+    if record["status"] == "ok":
+        write_curves(job.path.parent.parent / TENSORBOARD / job.path.stem, record["metrics"])
+
+
 def execute(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any]:
     """Run one job and save its record atomically (in the worker that ran it)."""
     record = run_job(run, experiment, metric, job)
-    write_json_atomic(job.path, record)
+    save_record(job, record)
     return record
 
 
@@ -167,7 +177,7 @@ def _run_on_ray(experiment: Experiment, jobs: list[Job], workers: int, address: 
             except ray.exceptions.RayError:  # the worker died: like a broken process pool
                 lost.append(job)
                 continue
-            write_json_atomic(job.path, record)
+            save_record(job, record)
             done(record)
     finally:
         if started_here:

@@ -39,6 +39,7 @@ from glmflash.train.distributed import (
     init_distributed,
 )
 from glmflash.train.progress import Progress
+from glmflash.train.tensorboard import Scalars
 
 STATE = "train_state.pt"
 RUN = "run.json"
@@ -206,6 +207,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
     has_indexer = mcfg.sparse_kind == "indexer"
     tokens_per_step = cfg.batch_size * cfg.seq_len
     progress = Progress(cfg.steps, start, enabled=dist.is_main, unit="step")
+    scalars = Scalars(out, purge_step=start) if dist.is_main else None
     summary: dict[str, Any] = {"steps": cfg.steps, "start_step": start}
     t0, last = time.perf_counter(), {}
     model.train()
@@ -242,6 +244,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
         metrics["tokens_per_s"] = (done - start) * tokens_per_step / max(elapsed, 1e-9)
         if dist.is_main:
             append_jsonl(out / METRICS, metrics)
+            scalars.add(metrics)
             progress.update(done, loss=metrics["loss"], tok_s=metrics["tokens_per_s"],
                             **({"dev": metrics["dev_loss"]} if "dev_loss" in metrics else {}))
             if done % cfg.ckpt_every == 0 or done == cfg.steps:
@@ -250,6 +253,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
                                      "dev_loss": metrics.get("dev_loss")})
         last = metrics
     progress.close()
+    if scalars is not None:
+        scalars.close()
     if start == cfg.steps and dist.is_main:  # resumed at the end: the last step's figures
         last = next(reversed(list(read_jsonl(out / METRICS))), {})
     summary.update(last)

@@ -52,6 +52,7 @@ from glmflash.train.pretrain import (
     trim_metrics,
 )
 from glmflash.train.progress import Progress
+from glmflash.train.tensorboard import Scalars
 
 SCOPES = ("last-block-head", "last-block", "all")
 OBJECTIVES = ("rloo", "sft")
@@ -236,6 +237,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     if start == 0 and best is None:
         best = _evaluate_dev(model, dev, cfg, out, 0, None)
     bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
+    scalars = Scalars(out, purge_step=start)
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
     g = start
     while g < cfg.groups:
@@ -249,10 +251,12 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
             best = _evaluate_dev(model, dev, cfg, out, g, best)
             stats["dev_pass1"] = best["last"]
         append_jsonl(out / METRICS, stats)
+        scalars.add(stats)
         bar.update(g, reward=stats["reward_mean"], pass_rate=stats["pass_rate"],
                         rollouts_s=stats["rollouts_per_s"])
         save_training_state(out, g, model, optimizer, keep=1, metrics={"group": g})
     bar.close()
+    scalars.close()
     rows = list(read_jsonl(out / METRICS))
     summary.update(groups=cfg.groups, wall_seconds=time.perf_counter() - t0,
                    no_spread_groups=sum(r["no_spread"] for r in rows),

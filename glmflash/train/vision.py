@@ -47,6 +47,7 @@ from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.pretrain import append_jsonl, autocast, lr_at
 from glmflash.train.progress import Progress
+from glmflash.train.tensorboard import Scalars
 
 SCOPES = ("lm", "vision", "vision+last-block", "all")
 METRICS, RESULTS, CHECKPOINT = "metrics.jsonl", "results.json", "checkpoint"
@@ -108,6 +109,7 @@ def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
     optimizer = make_optimizer(params, lr, weight_decay)
     schedule = PretrainConfig(steps=steps, lr=lr, warmup=min(warmup, steps - 1))
     bar = Progress(steps, enabled=progress, desc=f"vision {stage}")
+    scalars = Scalars(out)
     vlm.train()
     t0 = time.perf_counter()
     loss_value = float("nan")
@@ -133,12 +135,14 @@ def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
                     layer.moe.update_bias(load)
         loss_value = float(loss.detach())
         acc = float((logits.argmax(-1) == targets).float().mean())
-        append_jsonl(out / METRICS, {"stage": stage, "step": step + 1, "loss": loss_value,
-                                     "batch_acc": acc, "lr": lr_at(step, schedule),
-                                     "grad_norm": grad_norm,
-                                     "seconds": time.perf_counter() - t0})
+        row = {"stage": stage, "step": step + 1, "loss": loss_value, "batch_acc": acc,
+               "lr": lr_at(step, schedule), "grad_norm": grad_norm,
+               "seconds": time.perf_counter() - t0}
+        append_jsonl(out / METRICS, row)
+        scalars.add(row)
         bar.update(step + 1, loss=loss_value, acc=acc)
     bar.close()
+    scalars.close()
     return params, loss_value
 
 
@@ -299,6 +303,7 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS).write_text("")
+        Scalars(out, fresh=True).close()  # this run's events replace a former run's
     except OSError as e:
         raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
 
