@@ -55,3 +55,35 @@ def test_experiment_runs_write_their_curves(tmp_path):
     got = scalars(tmp_path / "tb-toy" / TENSORBOARD / "y__seed1")
     assert got["score"] == [(0, 1.0), (5, 11.0), (10, 21.0)]
     assert got["final/score"] == [(10, 21.0)]
+
+
+def test_rl_and_vision_events_equal_their_metrics(tmp_path, monkeypatch):
+    import torch
+
+    from glmflash.config import model_config
+    from glmflash.model.lm import GLMFlash
+    from glmflash.train.checkpoint import save_model
+    from glmflash.train.rl import RLConfig, train_rl
+    from glmflash.train.vision import train_vision
+
+    torch.manual_seed(0)
+    init = save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
+    cfg = RLConfig(families=("double",), ladder_share=0.0, groups=2, group_size=2,
+                   tasks_per_step=1, eval_every=2, dev_per_family=1, max_new_tokens=4)
+    train_rl(init, tmp_path / "rl", cfg, device="cpu", log=lambda _: None, progress=False)
+    want, got = expected(read_jsonl(tmp_path / "rl" / METRICS)), scalars(tmp_path / "rl")
+    assert set(got) == set(want) and "reward_mean" in got
+    for tag, points in want.items():
+        assert [s for s, _ in got[tag]] == [s for s, _ in points]
+        assert [v for _, v in got[tag]] == pytest.approx([v for _, v in points], rel=1e-6)
+
+    out = tmp_path / "vision"
+    train_vision(out, preset="tiny", steps=2, batch_size=4, align_steps=2, align_batch_size=4,
+                 eval_size=10, device="cpu", progress=False, plots=False)
+    rows = list(read_jsonl(out / METRICS))
+    got = scalars(out)
+    for stage in ("align", "full"):
+        mine = [(r["step"], r["loss"]) for r in rows if r["stage"] == stage]
+        assert [s for s, _ in got[f"{stage}/loss"]] == [s for s, _ in mine]
+        assert [v for _, v in got[f"{stage}/loss"]] == pytest.approx([v for _, v in mine],
+                                                                     rel=1e-6)
