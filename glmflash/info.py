@@ -39,17 +39,44 @@ def component_of(name: str) -> str:
     raise ValueError(f"parameter {name} belongs to no known component")
 
 
+GATE_RANK = 16  # attention_delta.GATE_RANK (the test compares these counts with the model's)
+
+
+def _attention(cfg: ModelConfig, kind: str) -> int:
+    C, K, R = cfg.d_model, cfg.conv_size, GATE_RANK
+    if kind == "L" and cfg.linear_kind == "delta":  # qkv, conv, beta, decay and gate LoRAs,
+        return 4 * C * C + 3 * C * K + cfg.n_heads * C + 4 * R * C + 2 * C + cfg.head_dim
+    indexer = 0  # decay bias, gate bias, out norm, o
+    if kind == "S" and cfg.sparse_kind == "indexer":
+        indexer = (cfg.indexer_heads * cfg.indexer_dim + cfg.indexer_dim + cfg.indexer_heads) * C
+    return 4 * C * C + indexer  # q, k, v, o (+ the indexer's q, k, weights)
+
+
+def _block(cfg: ModelConfig, kind: str) -> Counter[str]:
+    """Parameters of one Block by component, from the config alone (no torch)."""
+    C, S, E, H = cfg.d_model, cfg.n_streams, cfg.n_experts, cfg.expert_hidden
+    mixer = ((2 * S + S * S) * S * C + 3 + 2 * S + S * S if cfg.stream_mixer == "mhc"
+             else 2 * S + S * S)  # mhc: projection, alphas, biases; static: pre, mix, post
+    return Counter({"attention": _attention(cfg, kind), "norms": 2 * C, "router": E * C,
+                    "routed_experts": 3 * E * C * H, "shared_experts": 3 * cfg.n_shared * H * C,
+                    "streams": 2 * mixer})
+
+
 def parameter_counts(cfg: ModelConfig) -> dict[str, dict[str, int]]:
-    """{'total': {component: n}, 'active': {component: n}} plus the sums under 'all'."""
-    import torch
+    """{'total': {component: n}, 'active': {component: n}} plus the sums under 'all'. Computed
+    from the config's shapes, so `glmflash info` needs no torch; a test checks them against
+    the model's own parameters for every option."""
+    total: Counter[str] = Counter({"embedding": cfg.vocab_size * cfg.d_model,
+                                   "norms": cfg.d_model})  # tied head; final norm
+    for kind in cfg.layer_kinds:
+        total.update(_block(cfg, kind))
+    if cfg.mtp:  # two norms, the projection and one linear block, all counted as mtp
+        total["mtp"] = 2 * cfg.d_model + 2 * cfg.d_model ** 2 + sum(_block(cfg, "L").values())
+    return tables(total, cfg)
 
-    from glmflash.model.lm import GLMFlash
 
-    with torch.device("meta"):
-        model = GLMFlash(cfg)
-    total: Counter[str] = Counter()
-    for name, p in model.named_parameters():  # tied parameters are yielded once
-        total[component_of(name)] += p.numel()
+def tables(total: Counter[str], cfg: ModelConfig) -> dict[str, dict[str, int]]:
+    """Per-component totals -> {'total', 'active'} tables with their sums under 'all'."""
     active = dict(total)
     active["routed_experts"] = total["routed_experts"] * cfg.top_k // cfg.n_experts
     total_d = {c: total.get(c, 0) for c in COMPONENTS}
