@@ -43,6 +43,7 @@ STATUSES = ("pass", "fail", "invalid", "timeout", "crash")
 WORKER_PATH = str(Path(wire.__file__).resolve())
 BACKSTOP_GRACE = 2.0  # seconds past the worker's own backstop before a silent worker is replaced
 MAX_TIMEOUT = 60.0  # seconds of CPU a program may be given
+PYTHON_SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()  # no script dir on sys.path
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class _Worker:
         self.reply_fd, reply_write = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-s", "-P", "-S", "-B", WORKER_PATH,
+                [sys.executable, "-s", *PYTHON_SAFE_PATH, "-S", "-B", WORKER_PATH,
                  str(request_read), str(reply_write), config],
                 pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
