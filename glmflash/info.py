@@ -44,9 +44,10 @@ GATE_RANK = 16  # attention_delta.GATE_RANK (the test compares these counts with
 
 def _attention(cfg: ModelConfig, kind: str) -> int:
     C, K, R = cfg.d_model, cfg.conv_size, GATE_RANK
-    if kind == "L" and cfg.linear_kind == "delta":  # qkv, conv, beta, decay and gate LoRAs,
+    if kind == "L" and cfg.linear_kind == "delta":
+        # qkv and o, conv, beta, the decay and gate LoRAs, decay bias and gate bias, out norm
         return 4 * C * C + 3 * C * K + cfg.n_heads * C + 4 * R * C + 2 * C + cfg.head_dim
-    indexer = 0  # decay bias, gate bias, out norm, o
+    indexer = 0
     if kind == "S" and cfg.sparse_kind == "indexer":
         indexer = (cfg.indexer_heads * cfg.indexer_dim + cfg.indexer_dim + cfg.indexer_heads) * C
     return 4 * C * C + indexer  # q, k, v, o (+ the indexer's q, k, weights)

@@ -95,9 +95,9 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
     if keep is not None and keep < 1:
         raise ValueError(f"min_room {min_room} leaves no room for a prompt in a context of "
                          f"{model.cfg.context}")
-    shown: list[str | list[int]] = [
-        tok.encode(t.prompt)[-keep:] if keep and len(tok.encode(t.prompt)) > keep else t.prompt
-        for t in tasks]
+    encoded = [tok.encode(t.prompt) for t in tasks] if keep else [[] for _ in tasks]
+    cut = [keep is not None and len(ids) > keep for ids in encoded]
+    shown = [ids[-keep:] if c else t.prompt for t, ids, c in zip(tasks, encoded, cut, strict=True)]
     prompts = [p for p in shown for _ in range(n)]
     completions = generate(model, prompts, max_new_tokens=max_new_tokens,
                            temperature=0.0 if mode == "greedy" else temperature, top_p=top_p,
@@ -112,7 +112,7 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
         result.records.append({"group": g, "family": t.family, "name": t.name, "prompt": t.prompt,
                                "completion": c.text, "stop": c.stop, "status": v.status,
                                "passed": v.passed, "total": v.total, "reason": v.reason,
-                               "prompt_cut": len(c.prompt_ids) < len(tok.encode(t.prompt))})
+                               "prompt_cut": cut[i // n]})
     for j, g in enumerate(labels):
         score = pass_at_k(n, passed[j], k)
         entry = result.per_family.setdefault(g, [0.0, 0])

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from glmflash.data.code_tasks import CodeTask
-from glmflash.verify.task import CheckTask, Task
+from glmflash.verify.task import CheckTask, parse_json, task_from_json
 
 
 def _task(item: dict, where: str) -> CodeTask:
@@ -36,7 +36,7 @@ def _task(item: dict, where: str) -> CodeTask:
     spec = {"entry_point": item.get("entry_point"), **{k: item[k] for k in ("cases", "test")
                                                         if k in item}}
     try:
-        task = CheckTask.from_json(spec) if "test" in item else Task.from_json(spec)
+        task = task_from_json(spec)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     name = str(item.get("id", where.rsplit(":", 1)[-1]))
@@ -56,12 +56,7 @@ def load_tasks(path: str | Path) -> list[CodeTask]:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: invalid JSON: {err.msg}") from None
-        except (RecursionError, ValueError) as err:
-            raise ValueError(f"{where}: {type(err).__name__}: {err}") from None
+        item = parse_json(line, where)
         if not isinstance(item, dict):
             raise ValueError(f"{where}: expected a JSON object")
         task = _task({"id": lineno, **item}, where)

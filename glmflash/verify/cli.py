@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from glmflash.cli import CLIError
 from glmflash.verify.sandbox import MAX_TIMEOUT, VerifierPool
-from glmflash.verify.task import CheckTask, Task
+from glmflash.verify.task import Task, parse_json, task_from_json
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_VERIFIER = 0, 1, 2, 3
 
@@ -57,31 +57,12 @@ def _read(path: Path) -> str:
         raise CLIError(f"cannot read {path}: {err}") from None
 
 
-def _parse(text: str, where: str) -> object:
-    """JSON text -> value; every way hostile JSON can fail becomes one ValueError line."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}:{err.lineno}: invalid JSON: {err.msg}") from None
-    except RecursionError:
-        raise ValueError(f"{where}: JSON nested too deeply") from None
-    except ValueError as err:  # e.g. an integer past Python's digit limit
-        raise ValueError(f"{where}: {err}") from None
-
-
-def parse_task(data: object) -> Task | CheckTask:
-    """A task object of either kind: test code ("test") or hidden cases ("cases")."""
-    if isinstance(data, dict) and "test" in data:
-        return CheckTask.from_json(data)
-    return Task.from_json(data)
-
-
 def _record(item: object, where: str, pool: VerifierPool) -> tuple[str, Task]:
     """One {source, task} record, checked down to whether the pool can send it."""
     if not isinstance(item, dict) or not isinstance(item.get("source"), str):
         raise ValueError(f"{where}: expected an object with a string 'source' and a 'task'")
     try:
-        task = parse_task(item.get("task"))
+        task = task_from_json(item.get("task"))
         pool.request(task)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
@@ -91,7 +72,7 @@ def _record(item: object, where: str, pool: VerifierPool) -> tuple[str, Task]:
 def _load_single(args: argparse.Namespace, pool: VerifierPool) -> list[tuple[str, Task]]:
     source = _read(args.source_file)
     try:
-        task = parse_task(_parse(_read(args.task_json), str(args.task_json)))
+        task = task_from_json(parse_json(_read(args.task_json), str(args.task_json)))
         pool.request(task)
     except ValueError as err:
         message = str(err)
@@ -108,9 +89,9 @@ def _load_jsonl(path: Path, pool: VerifierPool) -> list[tuple[str, Task] | BadRe
             continue
         where = f"{path}:{lineno}"
         try:
-            records.append(_record(_parse(line, where), where, pool))
+            records.append(_record(parse_json(line, where), where, pool))
         except ValueError as err:
-            records.append(BadRecord(lineno, str(err).replace(f"{where}:1:", f"{where}:")))
+            records.append(BadRecord(lineno, str(err)))
     return records
 
 

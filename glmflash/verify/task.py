@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -149,3 +150,24 @@ class CheckTask:
         if not isinstance(data, dict) or not isinstance(data.get("test"), str):
             raise ValueError("task must be a JSON object with 'entry_point' and a string 'test'")
         return cls(data.get("entry_point"), data["test"])
+
+
+def parse_json(text: str, where: str) -> Any:
+    """JSON text -> value; every way hostile JSON can fail becomes one ValueError naming
+    `where` (with the line inside `text` when it has several)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        at = f"{where}:{err.lineno}" if "\n" in text.rstrip("\n") else where
+        raise ValueError(f"{at}: invalid JSON: {err.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply") from None
+    except ValueError as err:  # e.g. an integer past Python's digit limit
+        raise ValueError(f"{where}: {err}") from None
+
+
+def task_from_json(data: Any) -> Task | CheckTask:
+    """A task object of either kind: test code ("test") or hidden cases ("cases")."""
+    if isinstance(data, dict) and "test" in data:
+        return CheckTask.from_json(data)
+    return Task.from_json(data)

@@ -1,14 +1,15 @@
 """The verifier's worker process: runs candidate programs and reports their raw outputs.
 
-Started by `sandbox.VerifierPool` as `python -I -S worker.py REQ_FD RESP_FD CONFIG_JSON`. It
-imports only the standard library and never sees expected outputs: a request holds the source,
-the entry point and the case arguments, a reply holds what the function returned.
+Started by `sandbox.VerifierPool` as `python -s -P -S -B worker.py REQ_FD RESP_FD CONFIG_JSON`.
+It imports only the standard library and never sees expected outputs: a request holds the
+source, the entry point and the case arguments (or, for a test-code task, the instrumented
+test), a reply holds what the function returned (or what each assert did).
 
 The worker itself never runs candidate code. For every request it forks a throwaway child
 that tightens its own limits (CPU seconds, no new processes, few file descriptors), installs
 an audit hook that refuses every audited operation (open, import, exec, socket, fork, kill,
-...), runs the cases and writes one JSON message before exiting. The worker reads that
-message under a wall-clock deadline and kills the child's process group when time is up, so
+...), runs the program and writes one JSON message before exiting. The worker reads that
+message within the child's budget and kills the child's process group when it is spent, so
 a hostile program can neither outlive its budget nor leave state behind for the next one.
 
 The child's budget is CPU time, read from /proc while it runs, so a loaded machine does not
@@ -20,7 +21,8 @@ process-group or scheduler changes, whatever the candidate reaches. Every worker
 the same string-hash seed, so a verdict is a function of (source, task) alone.
 
 Request frame: REQUEST header (sequence, timeout seconds, message cap, payload length) +
-marshal payload (entry_point, [args, ...]) followed by the marshalled source. Reply frame:
+marshal payload ("cases", entry_point, [args, ...]) or ("check", entry_point, test source),
+followed by the marshalled candidate source. Reply frame:
 REPLY header (sequence, status byte, payload length) + payload, status RESULT (payload: the
 child's JSON), TIMEOUT (payload: b"cpu" or b"wall"), DIED (payload: how it ended) or TOO_BIG.
 """
@@ -298,9 +300,9 @@ def child_main(payload: bytes, result_fd: int, timeout: float, config: dict) -> 
         os._exit(0)
     try:
         stream = io.BytesIO(payload)
-        kind, entry_point, data = marshal.load(stream)
+        kind, entry_point, spec = marshal.load(stream)
         run = run_check if kind == "check" else run_cases
-        message = run(entry_point, data, marshal.load(stream), config)
+        message = run(entry_point, spec, marshal.load(stream), config)
         data = json.dumps(message).encode()
     except BaseException as err:
         data = json.dumps(["crash", f"worker error: {type(err).__name__}"]).encode()
