@@ -1,5 +1,5 @@
-"""`glmflash bench model|generate|verify|all [--json]`: our speed against straightforward
-baselines, both measured in the same run.
+"""`glmflash bench model|generate|verify|all|profile [--json]`: our speed against
+straightforward baselines, both measured in the same run, and where a train step's time goes.
 
   model     train step of a preset (fp32, bf16 autocast) vs the naive model; model FLOP/s as
             a share of the matmul peak measured alongside; attention kernels and MoE
@@ -7,6 +7,9 @@ baselines, both measured in the same run.
   generate  cached decoding vs full recomputation; cached step time by context length
   verify    the sandboxed verifier pool vs in-process exec and a process per program
   all       the three, in that order
+  profile   torch.profiler over a few pretraining steps (the pipeline's settings): time per
+            part of the model (attention, MoE, stream connections, norms, ...), optimizer and
+            step overhead, and the costliest ops
 
 With --json: one JSON object, the raw figures beside `ratios`, which maps each comparison to
 our speed / the baseline's (for memory: the baseline's peak / ours), so higher is better;
@@ -45,7 +48,7 @@ def context_list(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("which", choices=(*SECTIONS, "all"), help="what to measure")
+    p.add_argument("which", choices=(*SECTIONS, "all", "profile"), help="what to measure")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--preset", default="25m", help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
@@ -67,6 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--new-tokens", type=positive_int, default=48)
     g.add_argument("--decode-contexts", type=context_list, default="64,192",
                    help="comma-separated context lengths for the cached step time")
+    f = p.add_argument_group("profile")
+    f.add_argument("--steps", type=positive_int, default=3, help="profiled train steps")
+    f.add_argument("--optimizer", choices=("adamw", "muon"), default=None,
+                   help="default: the pipeline's")
     v = p.add_argument_group("verify")
     v.add_argument("--programs", type=positive_int, default=600,
                    help="programs in the verifier mix")
@@ -98,6 +105,16 @@ def run_section(which: str, args: argparse.Namespace, cfg: ModelConfig,
         from glmflash.bench.generate import bench_generate
         return bench_generate(cfg, args.gen_batch_size, args.prompt_len, args.new_tokens,
                               args.decode_contexts, args.repeats, args.naive_repeats, device, log)
+    if which == "profile":
+        from dataclasses import replace
+
+        from glmflash.bench.profile import bench_profile
+        from glmflash.pipeline import PipelinePlan
+
+        plan = PipelinePlan.full(seed=0).pretrain
+        settings = replace(plan, preset=args.preset, batch_size=args.batch_size,
+                           seq_len=args.seq_len, optimizer=args.optimizer or plan.optimizer)
+        return bench_profile(cfg, settings, args.steps, device=device, log=log)
     from glmflash.bench.verify import bench_verify
     log(f"verifier throughput on {args.programs} programs")
     return {"bench": "verify", **bench_verify(args.programs, n_fresh=min(40, args.programs))}
@@ -110,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from glmflash.cli import CLIError
     from glmflash.device import resolve_device
 
-    sections = SECTIONS if args.which == "all" else (args.which,)
+    sections = {"all": SECTIONS}.get(args.which, (args.which,))
     try:
         cfg = model_config(args.preset)
         device = resolve_device(args.device)
@@ -140,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
 def print_table(result: dict[str, Any]) -> None:
     """Sections of aligned `name  value` rows, the ratios last."""
+    if result["bench"] == "profile":
+        return print_profile(result)
     if result["bench"] == "all":
         groups = {s: result[s] for s in SECTIONS}
     else:
@@ -151,6 +170,25 @@ def print_table(result: dict[str, Any]) -> None:
         _print_rows({k: v for k, v in values.items() if k not in ("bench", "ratios")})
     print("== ratios (ours / baseline; higher is better)")
     _print_rows(result["ratios"])
+
+
+def print_profile(result: dict[str, Any]) -> None:
+    """The parts of a train step as a table, then the costliest ops and the machine."""
+    print(f"train step: {result['step_seconds']:.3f} s ({result['tokens_per_s']:.0f} tokens/s; "
+          f"{result['batch_size']} x {result['seq_len']}, {result['optimizer']}, "
+          f"{result['precision']}); under the profiler {result['profiled_step_seconds']:.3f} s")
+    width = max(len(k) for k in result["parts"])
+    print(f"  {'part':<{width}}  {'forward ms':>10}  {'backward ms':>11}  {'ms':>8}  share")
+    for name, p in result["parts"].items():
+        print(f"  {name:<{width}}  {p['forward_ms']:>10.1f}  {p['backward_ms']:>11.1f}  "
+              f"{p['ms']:>8.1f}  {100 * p['share']:5.1f}%")
+    print("costliest ops (self time per step)")
+    width = max(len(o["op"]) for o in result["top_ops"])
+    for o in result["top_ops"]:
+        print(f"  {o['op']:<{width}}  {o['calls']:>7.0f} calls  {o['ms']:>8.1f} ms  "
+              f"{100 * o['share']:5.1f}%")
+    print("== environment")
+    _print_rows({"preset": result["preset"], **result["environment"]})
 
 
 def _print_rows(values: dict[str, Any]) -> None:
