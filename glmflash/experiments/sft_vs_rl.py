@@ -28,22 +28,24 @@ from typing import Any
 from glmflash.evaluate.rungs import evaluate_rungs
 from glmflash.experiments.registry import Experiment, register
 from glmflash.train import checkpoint as ckpt
-from glmflash.train.pretrain import checkpoint_dirs
+from glmflash.train.pretrain import checkpoint_dirs, read_jsonl
 from glmflash.train.rl import RLConfig, train_rl
 
 EVAL_SEED = 0  # the evaluation tasks, the same for every arm and seed
 RUNGS = ("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names")
+HEALTH = ("entropy", "kl", "no_spread_share")  # means over an RL arm's steps
 BASE: dict[str, Any] = {"init": None, "families": [], "ladder_share": 1.0, "groups": 48,
                         "group_size": 8, "tasks_per_step": 4, "lr": 1e-4,
                         "scope": "last-block-head", "per_rung": 48}
 
 
 def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Train one arm with this seed, then greedy pass@1 per rung of the final policy."""
+    """Train one arm (any RLConfig fields in `config`) with this seed, then greedy pass@1 per
+    rung of the final policy, and the means of the run's health figures (RL arms)."""
     c = dict(config)
     init, per_rung = c.pop("init"), c.pop("per_rung")
     if not init:
-        raise ValueError("sft-vs-rl starts from a pretrained checkpoint: pass "
+        raise ValueError("this experiment starts from a pretrained checkpoint: pass "
                          "--set init=CHECKPOINT_DIR")
     cfg = RLConfig(**{**c, "families": tuple(c["families"])}, seed=seed,
                    eval_every=c["groups"], dev_per_family=1, dev_ladder=1)
@@ -51,11 +53,17 @@ def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sft-vs-rl-") as tmp:
         train_rl(init, Path(tmp), cfg, device="cpu", log=lambda _: None, progress=False)
         model, _ = ckpt.load_model(checkpoint_dirs(Path(tmp))[-1])
+        rows = list(read_jsonl(Path(tmp) / "metrics.jsonl"))
     train_seconds = time.perf_counter() - t0
     greedy = evaluate_rungs(model, RUNGS, "dev", per_rung, EVAL_SEED)["greedy"]
     rates = {r: k / n for r, (k, n) in greedy.per_family.items()}
+    health = {}
+    for key in HEALTH:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            health[key] = sum(values) / len(values)
     return {**rates, "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2,
-            "train_seconds": train_seconds}
+            "train_seconds": train_seconds, **health}
 
 
 EXPERIMENT = register(Experiment(

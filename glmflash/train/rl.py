@@ -1,7 +1,7 @@
-"""RLOO post-training against the sandboxed executable reward.
+"""Policy-gradient post-training against the sandboxed executable reward (RLOO by default).
 
-For each task, sample G completions, verify each in the sandbox, reward it, and use the
-leave-one-out baseline (no critic):
+For each task, sample G completions, verify each in the sandbox, reward it, and update with
+an advantage estimator and a loss from `policy_gradient` (no critic). The default, RLOO:
 
     A_i = r_i - (1 / (G - 1)) * sum_{j != i} r_j            (optionally / std(r), GRPO style)
     loss = -(1 / N) * sum_i A_i * sum_t log pi(y_{i,t} | prompt, y_{i,<t})   (+ beta * KL)
@@ -10,6 +10,10 @@ The log-probabilities of a completion are summed over its tokens (sequence level
 per token), so the update is the REINFORCE gradient of each completion's probability and a
 long completion is not down-weighted; N is the number of completions in the step. A group
 whose rewards are all equal has all A_i = 0: it contributes no gradient and is counted.
+`advantage`, `aggregation` and `update_epochs` select GRPO, Dr. GRPO or PPO-style clipped
+updates instead (`policy_gradient.ALGORITHMS`). Every step logs the run's health: reward mean
+and spread, share of groups without spread, policy entropy, KL to the initial policy, clip
+fraction, completion length and truncation rate, gradient norm.
 The KL option penalises drift from the initial policy with the k3 estimator per token,
 exp(ref - logp) - (ref - logp) - 1. The ptx option (InstructGPT's PPO-ptx) adds
 gamma * (next-token loss on a batch of the pretraining corpus) to every update: the KL term
@@ -26,7 +30,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -40,6 +44,13 @@ from glmflash.generate import generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train import checkpoint as ckpt
+from glmflash.train.policy_gradient import (
+    ADVANTAGES,
+    AGGREGATIONS,
+    advantages,
+    k3_kl,
+    policy_surrogate,
+)
 from glmflash.train.pretrain import (
     METRICS,
     TrainError,
@@ -80,7 +91,11 @@ class RLConfig:
     kl: float = 0.0
     ptx: float = 0.0  # weight of the pretraining next-token loss mixed into each update
     ptx_batch: int = 8  # rows of PTX_SEQ_LEN tokens of the pretraining corpus per update
-    normalize_std: bool = False
+    normalize_std: bool = False  # divide RLOO's advantages by the group's reward std
+    advantage: str = "rloo"  # rloo | grpo | dr_grpo (policy_gradient.advantages)
+    aggregation: str = "sequence"  # per completion: sequence | token_mean | constant
+    update_epochs: int = 1  # updates per batch of rollouts; > 1 uses PPO's clipped ratio
+    clip: float = 0.2  # PPO's ratio range [1 - clip, 1 + clip] (update_epochs > 1)
     max_new_tokens: int = MAX_NEW_TOKENS  # the ladder's step-by-step bodies need the room
     eval_every: int = 32  # groups between dev evaluations
     dev_per_family: int = 40  # 24 dev tasks were too few to choose a checkpoint on
@@ -113,18 +128,13 @@ class RLConfig:
                              f"{self.lr}")
         if self.kl < 0 or self.ptx < 0 or self.ptx_batch < 1:
             raise ValueError("kl and ptx must be non-negative and ptx batch positive")
-
-
-def rloo_advantages(rewards: Tensor, normalize_std: bool = False, eps: float = 1e-6) -> Tensor:
-    """Leave-one-out advantages over the last dim: A_i = r_i - mean_{j != i} r_j."""
-    G = rewards.shape[-1]
-    total = rewards.sum(-1, keepdim=True)
-    adv = rewards - (total - rewards) / (G - 1)
-    if normalize_std:
-        adv = adv / (rewards.std(-1, keepdim=True) + eps)
-    # equal rewards give exactly zero (not a rounding residue): no gradient from such a group
-    spread = rewards.amax(-1, keepdim=True) > rewards.amin(-1, keepdim=True)
-    return adv * spread
+        if self.advantage not in ADVANTAGES or self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"advantage must be one of {', '.join(ADVANTAGES)} and aggregation "
+                             f"one of {', '.join(AGGREGATIONS)}, got {self.advantage!r}, "
+                             f"{self.aggregation!r}")
+        if self.update_epochs < 1 or not 0 < self.clip < 1:
+            raise ValueError(f"update epochs must be positive and clip in (0, 1), got "
+                             f"{self.update_epochs}, {self.clip}")
 
 
 def set_scope(model: GLMFlash, scope: str) -> int:
@@ -141,10 +151,19 @@ def set_scope(model: GLMFlash, scope: str) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+class Scored(NamedTuple):
+    """Completion positions of a right-padded batch [N, L]: log pi of each sampled token,
+    the mask of real positions, the token ids, and the policy's entropy there (no gradient)."""
+
+    logp: Tensor
+    mask: Tensor
+    ids: Tensor
+    entropy: Tensor
+
+
 def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: list[list[int]]
-                      ) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-token log pi of each completion given its prompt (right-padded batch).
-    Returns (logp [N, L], mask [N, L], token ids [N, L]) over completion positions."""
+                      ) -> Scored:
+    """Per-token log pi of each completion given its prompt, in one right-padded batch."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
     T = max(len(s) for s in seqs)
     device = next(model.parameters()).device
@@ -155,19 +174,11 @@ def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: li
         mask[i, len(p): len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
     logits = model(ids[:, :-1]).logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    return logp * mask, mask, ids[:, 1:]
-
-
-def policy_loss(logp: Tensor, mask: Tensor, adv: Tensor, ref_logp: Tensor | None = None,
-                beta: float = 0.0) -> Tensor:
-    """-(1/N) sum_i A_i sum_t logp_it  (+ beta * mean per-token k3 KL to the reference)."""
-    loss = -(adv * logp.sum(-1)).sum() / len(adv)
-    if ref_logp is not None and beta > 0:
-        d = (ref_logp - logp) * mask
-        kl = (torch.exp(d) - d - 1) * mask
-        loss = loss + beta * kl.sum() / mask.sum().clamp_min(1)
-    return loss
+    log_probs = torch.log_softmax(logits, -1)
+    logp = log_probs.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
+    return Scored(logp * mask, mask, ids[:, 1:], entropy)
 
 
 def reward_of(verdict, cfg: RLConfig) -> float:
@@ -215,9 +226,8 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
         run_file.write_text(json.dumps(record, indent=2))
     trainable = set_scope(model, cfg.scope)
     log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope})")
-    reference = None
-    if cfg.kl > 0:
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    # the initial policy: the KL penalty's anchor when kl > 0, and always the health metric's
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
     ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = rl_optimizer(params, cfg)
@@ -280,7 +290,8 @@ def rl_optimizer(params: list[Tensor], cfg: RLConfig) -> torch.optim.Optimizer:
 
 def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,
              cfg: RLConfig, out: Path) -> dict[str, Any]:
-    """Sample, verify and reward G completions for each task of `batch`; one update."""
+    """Sample, verify and reward G completions for each task of `batch`; update; the step's
+    health figures."""
     from glmflash.verify import verify_many
 
     # one call for the whole step: prompts of equal length share decoding batches; the seed
@@ -295,7 +306,7 @@ def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0
                            [t.task for t in owners])
     rewards = torch.tensor([reward_of(v, cfg) for v in verdicts], dtype=torch.float64)
     rewards = rewards.view(len(batch), -1)
-    adv = rloo_advantages(rewards, cfg.normalize_std).flatten()
+    adv = advantages(rewards, cfg.advantage, cfg.normalize_std).flatten()
     no_spread = int((rewards.max(-1).values == rewards.min(-1).values).sum())
     for i, (t, c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
         append_jsonl(out / ROLLOUTS, {"step": g0 + i // cfg.group_size + 1, "task": t.name,
@@ -305,13 +316,15 @@ def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0
                                       "reward": float(rewards.flatten()[i]),
                                       "advantage": float(adv[i])})
     lm_batch = ptx.batch(g0 // cfg.tasks_per_step, cfg.ptx_batch) if ptx is not None else None
-    loss_value = rloo_update(model, reference, optimizer, params, prompts, completions,
-                             adv, cfg, lm_batch)
+    update = policy_update(model, reference, optimizer, params, prompts, completions, adv, cfg,
+                           lm_batch)
     statuses = [v.status for v in verdicts]
-    return {"reward_mean": float(rewards.mean()), "pass_rate": statuses.count("pass") / len(
-        statuses), "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses)
-        / len(statuses), "no_spread": no_spread, "loss": loss_value,
-        "mean_len": sum(len(c.ids) for c in completions) / len(completions)}
+    return {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+            "pass_rate": statuses.count("pass") / len(statuses),
+            "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses)
+            / len(statuses), "no_spread": no_spread, "no_spread_share": no_spread / len(batch),
+            **update, "mean_len": sum(len(c.ids) for c in completions) / len(completions),
+            "truncation_rate": sum(c.stop == "length" for c in completions) / len(completions)}
 
 
 def _sft_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,
@@ -322,8 +335,8 @@ def _sft_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g
     model.train()
     prompts = [tok.encode(t.prompt) for t in batch]
     bodies = [tok.encode(t.reference) + [tok.EOS] for t in batch]
-    logp, mask, _ = sequence_logprobs(model, prompts, bodies)
-    loss = -logp.sum() / mask.sum()
+    scored = sequence_logprobs(model, prompts, bodies)
+    loss = -scored.logp.sum() / scored.mask.sum()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -332,36 +345,58 @@ def _sft_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g
             "loss": float(loss.detach()), "mean_len": sum(len(b) for b in bodies) / len(bodies)}
 
 
-def rloo_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
-                prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig,
-                lm_batch: tuple[Tensor, Tensor] | None = None) -> float:
-    """One policy-gradient step on the completions with nonzero advantage; returns the loss.
+def policy_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
+                  prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig,
+                  lm_batch: tuple[Tensor, Tensor] | None = None) -> dict[str, float | None]:
+    """cfg.update_epochs policy-gradient steps on the completions with nonzero advantage.
     The scored tokens are exactly the sampled ones: the body, plus EOS when it ended there.
-    `lm_batch` (x, y) adds cfg.ptx times its next-token loss; a step with no advantage is
-    skipped whole, so a group without reward spread still moves nothing."""
+    `lm_batch` (x, y) adds cfg.ptx times its next-token loss. A batch with no advantage is
+    skipped whole (a group without reward spread still moves nothing). Returns the loss and
+    gradient norm of the first update, the entropy and KL to `reference` (None without one)
+    on the scored tokens before it, and the mean clip fraction over the updates."""
     sel = (adv != 0).nonzero().flatten().tolist()
     if not sel:
-        return 0.0
+        return {"loss": 0.0, "grad_norm": 0.0, "entropy": None, "kl": None,
+                "clip_fraction": 0.0}
     model.train()
     ids = [completions[i].ids + ([tok.EOS] if completions[i].stop == "eos" else [])
            for i in sel]
     chosen = [prompts[i] for i in sel]
-    logp, mask, _ = sequence_logprobs(model, chosen, ids)
     ref = None
     if reference is not None:
         with torch.no_grad():
-            ref, _, _ = sequence_logprobs(reference, chosen, ids)
-    a = adv[sel].to(device=logp.device, dtype=logp.dtype)
-    # the mean runs over all N completions: zero-advantage ones add nothing but count
-    loss = policy_loss(logp, mask, a, ref, cfg.kl) * len(sel) / len(adv)
-    if lm_batch is not None:
-        x, y = (t.to(logp.device) for t in lm_batch)
-        loss = loss + cfg.ptx * model(x, y).loss
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-    optimizer.step()
-    return float(loss.detach())
+            ref = sequence_logprobs(reference, chosen, ids).logp
+    a = adv[sel]
+    budget = cfg.max_new_tokens + 1  # Dr. GRPO's constant: the longest a completion can be
+    stats: dict[str, Any] = {}
+    old, clip_fractions = None, []
+    for epoch in range(cfg.update_epochs):
+        scored = sequence_logprobs(model, chosen, ids)
+        logp, mask = scored.logp, scored.mask
+        if epoch == 0:
+            stats["entropy"] = float(scored.entropy.sum() / mask.sum().clamp_min(1))
+            stats["kl"] = None if ref is None else float(k3_kl(logp.detach(), ref, mask))
+            if cfg.update_epochs > 1:
+                old = logp.detach()
+        surrogate = policy_surrogate(logp, mask, a.to(device=logp.device, dtype=logp.dtype),
+                                     cfg.aggregation, budget, old, cfg.clip)
+        clip_fractions.append(surrogate.clip_fraction)
+        loss = surrogate.loss
+        if ref is not None and cfg.kl > 0:
+            loss = loss + cfg.kl * k3_kl(logp, ref, mask)
+        # the mean runs over all N completions: zero-advantage ones add nothing but count
+        loss = loss * len(sel) / len(adv)
+        if lm_batch is not None:
+            x, y = (t.to(logp.device) for t in lm_batch)
+            loss = loss + cfg.ptx * model(x, y).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        optimizer.step()
+        if epoch == 0:
+            stats.update(loss=float(loss.detach()), grad_norm=grad_norm)
+    stats["clip_fraction"] = sum(clip_fractions) / len(clip_fractions)
+    return stats
 
 
 def _best_so_far(out: Path) -> dict[str, Any] | None:
@@ -382,23 +417,42 @@ def _evaluate_dev(model, todo, cfg: RLConfig, out: Path, g: int,
     return {**best, "last": score}
 
 
+HEALTH_PANELS = (  # (title, ((metrics key, label), ...)) of the RL plot, reward first
+    ("reward", (("reward_mean", "reward (mean)"), ("reward_std", "reward (std)"),
+                ("pass_rate", "sample pass rate"))),
+    ("signal", (("no_spread_share", "groups without spread"),
+                ("truncation_rate", "truncated completions"), ("clip_fraction", "clipped tokens"))),
+    ("policy", (("entropy", "entropy (nats/token)"), ("kl", "KL to the initial policy"))),
+    ("update", (("grad_norm", "gradient norm"), ("mean_len", "completion length / 100"))),
+)
+
+
 def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
+    """The reward, the dev evaluations and the health metrics against groups, four panels."""
     if not rows:
         return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (("reward_mean", "reward (mean)"), ("pass_rate", "sample pass rate")):
-        ax.plot([r["step"] for r in rows], [math.nan if r[key] is None else r[key] for r in rows],
-                label=label)
-    dev = [r for r in rows if "dev_pass1" in r]
-    ax.plot([r["step"] for r in dev], [r["dev_pass1"] for r in dev], "o-",
-            label="dev greedy pass@1")
-    ax.set_xlabel("groups")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
+    steps = [r["step"] for r in rows]
+    for ax, (title, series) in zip(axes.flat, HEALTH_PANELS, strict=True):
+        for key, label in series:
+            scale = 0.01 if key == "mean_len" else 1.0
+            values = [math.nan if r.get(key) is None else scale * r[key] for r in rows]
+            if not all(math.isnan(v) for v in values):
+                ax.plot(steps, values, label=label)
+        if title == "reward":
+            dev = [r for r in rows if "dev_pass1" in r]
+            ax.plot([r["step"] for r in dev], [r["dev_pass1"] for r in dev], "o-",
+                    label="dev greedy pass@1")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("groups")
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)
@@ -430,6 +484,14 @@ def add_arguments(p) -> None:
                    help="weight of the pretraining-corpus next-token loss in each update")
     p.add_argument("--ptx-batch", type=int, default=d.ptx_batch)
     p.add_argument("--normalize-std", action="store_true")
+    p.add_argument("--advantage", choices=ADVANTAGES, default=d.advantage,
+                   help="rloo (leave-one-out), grpo (group mean and std), dr_grpo (group mean)")
+    p.add_argument("--aggregation", choices=AGGREGATIONS, default=d.aggregation,
+                   help="a completion's log-probability: summed (sequence), averaged over its "
+                        "tokens (token_mean), or summed over a constant budget (constant)")
+    p.add_argument("--update-epochs", type=int, default=d.update_epochs,
+                   help="updates per batch of rollouts; above 1, PPO's clipped ratio")
+    p.add_argument("--clip", type=float, default=d.clip, help="PPO's ratio clip range")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--dev-per-family", type=int, default=d.dev_per_family)
@@ -447,7 +509,9 @@ def config_from_args(args) -> RLConfig:
                     top_p=args.top_p, lr=args.lr, reward=args.reward,
                     invalid_penalty=args.invalid_penalty, scope=args.scope, seed=args.seed,
                     kl=args.kl, ptx=args.ptx, ptx_batch=args.ptx_batch,
-                    normalize_std=args.normalize_std,
+                    normalize_std=args.normalize_std, advantage=args.advantage,
+                    aggregation=args.aggregation, update_epochs=args.update_epochs,
+                    clip=args.clip,
                     max_new_tokens=args.max_new_tokens, eval_every=args.eval_every,
                     dev_per_family=args.dev_per_family)
 

@@ -44,8 +44,13 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
     from glmflash.experiments import sft_vs_rl
 
     trained = []
-    monkeypatch.setattr(sft_vs_rl, "train_rl", lambda init, out, cfg, **kw: trained.append(
-        (init, cfg)))
+
+    def train(init, out, cfg, **kw):  # two steps' health figures, one without a KL
+        trained.append((init, cfg))
+        rows = [{"step": 4, "entropy": 1.0, "kl": None, "no_spread_share": 0.5},
+                {"step": 8, "entropy": 2.0, "kl": 0.25, "no_spread_share": 1.0}]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(sft_vs_rl, "train_rl", train)
     monkeypatch.setattr(sft_vs_rl, "checkpoint_dirs", lambda out: ["step_1", "step_2"])
     monkeypatch.setattr(sft_vs_rl.ckpt, "load_model", lambda path: (f"model@{path}", None))
     counts = {"rl_only": (1, 4), "unseen_depth2": (2, 4), "unseen_depth3": (1, 4),
@@ -63,3 +68,5 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
     assert {k: metrics[k] for k in counts} == {"rl_only": 0.25, "unseen_depth2": 0.5,
                                                "unseen_depth3": 0.25, "seed_neutral_names": 0.75}
     assert metrics["unseen"] == 0.375
+    assert {k: metrics[k] for k in sft_vs_rl.HEALTH} == {"entropy": 1.5, "kl": 0.25,
+                                                         "no_spread_share": 0.75}

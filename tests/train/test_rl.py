@@ -2,6 +2,7 @@
 resume after a kill, checkpoint selection."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -16,18 +17,18 @@ from glmflash.data.code_tasks import split_of_name
 from glmflash.generate import Completion, generate
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
+from glmflash.train.policy_gradient import advantages, k3_kl, policy_surrogate
 from glmflash.train.rl import (
     RLConfig,
     _best_so_far,
     _evaluate_dev,
     _sft_step,
     dev_tasks,
-    policy_loss,
+    plot_rl,
+    policy_update,
     ptx_stream,
     rl_optimizer,
     rl_tasks,
-    rloo_advantages,
-    rloo_update,
     sequence_logprobs,
     set_scope,
     train_rl,
@@ -42,7 +43,7 @@ def tiny_model(seed: int = 0) -> GLMFlash:
 
 def test_advantages_by_hand():
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
-    a = rloo_advantages(r)
+    a = advantages(r)
     # A_0 = 1 - (0 + 0 + 1) / 3 = 2/3 ; A_1 = 0 - (1 + 0 + 1) / 3 = -2/3
     assert torch.allclose(a[0], torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3],
                                              dtype=torch.float64))
@@ -51,8 +52,8 @@ def test_advantages_by_hand():
         r = torch.randn(5, G, dtype=torch.float64)
         loop = torch.stack([torch.stack([r[b, i] - torch.cat((r[b, :i], r[b, i + 1:])).mean()
                                          for i in range(G)]) for b in range(5)])
-        assert torch.allclose(rloo_advantages(r), loop)
-        assert torch.allclose(rloo_advantages(r, normalize_std=True),
+        assert torch.allclose(advantages(r), loop)
+        assert torch.allclose(advantages(r, normalize_std=True),
                               loop / (r.std(-1, keepdim=True) + 1e-6))
 
 
@@ -61,18 +62,17 @@ def test_policy_loss_by_hand():
     mask = torch.tensor([[True, True, False], [True, False, False]])
     adv = torch.tensor([1.0, -2.0])
     # -(1 * (-3) + (-2) * (-0.5)) / 2 = -(-3 + 1) / 2 = 1
-    assert float(policy_loss(logp, mask, adv)) == pytest.approx(1.0)
+    assert float(policy_surrogate(logp, mask, adv).loss) == pytest.approx(1.0)
     ref = logp - 0.1
-    d = (ref - logp) * mask
-    kl = float(((torch.exp(d) - d - 1) * mask).sum() / 3)
-    assert float(policy_loss(logp, mask, adv, ref, beta=0.5)) == pytest.approx(1.0 + 0.5 * kl)
+    # k3 per scored token: exp(-0.1) + 0.1 - 1, the same at each of the 3 tokens
+    assert float(k3_kl(logp, ref, mask)) == pytest.approx(math.exp(-0.1) + 0.1 - 1, rel=1e-4)
 
 
 def test_sequence_logprobs_match_one_at_a_time():
     model = tiny_model().double().eval()
     prompts = [tok.encode("def f(x):\n"), tok.encode("# a\ndef gg(y):\n")]
     comps = [tok.encode("    return x\n"), tok.encode("  z")]
-    logp, mask, _ = sequence_logprobs(model, prompts, comps)
+    logp, mask, _, _ = sequence_logprobs(model, prompts, comps)
     for i, (p, c) in enumerate(zip(prompts, comps, strict=True)):
         ids = torch.tensor([[tok.BOS, *p, *c]])
         ref = torch.log_softmax(model(ids[:, :-1]).logits, -1)[0, len(p):]
@@ -85,17 +85,17 @@ def test_equal_rewards_give_zero_gradient():
     model = tiny_model()
     set_scope(model, "all")
     comps = generate(model, ["def f(x):\n"] * 4, max_new_tokens=5, temperature=1.0, seed=0)
-    adv = rloo_advantages(torch.full((1, 4), 0.7, dtype=torch.float64)).flatten()
+    adv = advantages(torch.full((1, 4), 0.7, dtype=torch.float64)).flatten()
     assert torch.equal(adv, torch.zeros(4, dtype=torch.float64))
     params = [p for p in model.parameters()]
     before = [p.detach().clone() for p in params]
     opt = torch.optim.AdamW(params, lr=1.0)
-    loss = rloo_update(model, None, opt, params, [c.prompt_ids for c in comps], comps, adv,
-                       RLConfig())
+    loss = policy_update(model, None, opt, params, [c.prompt_ids for c in comps], comps, adv,
+                         RLConfig())["loss"]
     assert loss == 0.0 and all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
-    logp, mask, _ = sequence_logprobs(model, [c.prompt_ids for c in comps],
-                                      [c.ids or [tok.EOS] for c in comps])
-    policy_loss(logp, mask, adv.float()).backward()
+    logp, mask, _, _ = sequence_logprobs(model, [c.prompt_ids for c in comps],
+                                         [c.ids or [tok.EOS] for c in comps])
+    policy_surrogate(logp, mask, adv.float()).loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in params)
 
 
@@ -106,22 +106,23 @@ def test_ptx_adds_the_pretraining_loss():
     set_scope(model, "all")
     comps = generate(model, ["def f(x):\n"] * 4, max_new_tokens=5, temperature=1.0, seed=0)
     prompts = [c.prompt_ids for c in comps]
-    adv = rloo_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
+    adv = advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
     cfg = RLConfig(ptx=0.5, ptx_batch=2)
     x, y = ptx_stream(cfg, model.cfg.context).batch(0, cfg.ptx_batch)
     assert x.shape == (2, model.cfg.context)
     model.train()
     with torch.no_grad():
         ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
-        logp, mask, _ = sequence_logprobs(model, prompts, ids)
-        expected = float(policy_loss(logp, mask, adv.float()) + 0.5 * model(x, y).loss)
+        logp, mask, _, _ = sequence_logprobs(model, prompts, ids)
+        expected = float(policy_surrogate(logp, mask, adv.float()).loss
+                         + 0.5 * model(x, y).loss)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
-    assert rloo_update(model, None, opt, params, prompts, comps, adv, cfg, (x, y)) == \
-        pytest.approx(expected, rel=1e-5)
+    assert policy_update(model, None, opt, params, prompts, comps, adv, cfg, (x, y))["loss"] \
+        == pytest.approx(expected, rel=1e-5)
     before = [p.detach().clone() for p in params]
-    assert rloo_update(model, None, opt, params, prompts, comps, torch.zeros(4), cfg,
-                       (x, y)) == 0.0
+    assert policy_update(model, None, opt, params, prompts, comps, torch.zeros(4), cfg,
+                         (x, y))["loss"] == 0.0
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
 
 
@@ -134,11 +135,11 @@ def test_zero_learning_rate_keeps_the_starting_policy_bit_identical(lr):
     params = list(model.parameters())
     before = [p.detach().clone() for p in params]
     opt, reference = rl_optimizer(params, cfg), tiny_model(2)
-    adv = rloo_advantages(torch.tensor([[0.0, 1.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
+    adv = advantages(torch.tensor([[0.0, 1.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
     for step in range(3):
         comps = generate(model, ["def f(a):"] * 4, max_new_tokens=6, temperature=1.0, seed=step)
-        rloo_update(model, reference, opt, params, [c.prompt_ids for c in comps], comps, adv,
-                    cfg)
+        policy_update(model, reference, opt, params, [c.prompt_ids for c in comps], comps, adv,
+                      cfg)
     same = [torch.equal(a, b) for a, b in zip(before, params, strict=True)]
     moved = [not s for s, p in zip(same, params, strict=True) if p.grad is not None]
     assert all(same) if lr == 0 else sum(moved) > len(moved) // 2
@@ -181,8 +182,8 @@ def test_rloo_moves_reward_on_an_easy_toy_task():
         comps = generate(model, ["abc"] * 8, max_new_tokens=4, temperature=1.0, seed=step)
         r = torch.tensor([[score(c) for c in comps]], dtype=torch.float64)
         rewards.append(float(r.mean()))
-        rloo_update(model, None, opt, params, [c.prompt_ids for c in comps], comps,
-                    rloo_advantages(r).flatten(), cfg)
+        policy_update(model, None, opt, params, [c.prompt_ids for c in comps], comps,
+                      advantages(r).flatten(), cfg)
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3, rewards
 
 
@@ -208,8 +209,79 @@ def test_rl_command_end_to_end_and_resume(tmp_path):
     assert len(rows) == 12 and (tmp_path / "o" / "rl.png").is_file()
     assert (tmp_path / "o" / "best" / "model.safetensors").is_file()
     metrics = (tmp_path / "o" / "metrics.jsonl").read_text()
+    health = {"reward_mean", "reward_std", "no_spread_share", "entropy", "kl", "clip_fraction",
+              "mean_len", "truncation_rate", "grad_norm"}
+    assert all(health <= set(json.loads(line)) for line in metrics.splitlines())
     assert main([*args, "--resume"]) == 0  # finished: resumes at the end, changes nothing
     assert (tmp_path / "o" / "metrics.jsonl").read_text() == metrics
+
+
+def test_health_metrics_of_a_step(tmp_path, monkeypatch):
+    """Against the rollouts the step wrote: reward spread, groups without spread, truncation
+    and length; entropy and KL from the scored tokens (KL 0 before the first update)."""
+    monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
+    from glmflash.train.rl import _rl_step
+    model = tiny_model(4)
+    with torch.no_grad():
+        model.embedding.weight.mul_(4)
+    set_scope(model, "all")
+    cfg = RLConfig(group_size=4, tasks_per_step=2, max_new_tokens=6, families=("double",),
+                   ladder_share=0.0, lr=1e-2)
+    params = list(model.parameters())
+    reference = tiny_model(4)
+    reference.load_state_dict(model.state_dict())
+    batch = rl_tasks(RLConfig(groups=2, families=("double",), ladder_share=0.0))
+    stats = _rl_step(model, reference, None, rl_optimizer(params, cfg), params, batch, 0, cfg,
+                     tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").open()]
+    rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float64)
+    assert stats["reward_mean"] == pytest.approx(float(rewards.mean()))
+    assert stats["reward_std"] == pytest.approx(float(rewards.std()))
+    groups = rewards.view(2, 4)
+    assert stats["no_spread_share"] == float((groups.amax(1) == groups.amin(1)).sum()) / 2
+    assert stats["no_spread_share"] < 1  # so an update ran: KL measured before it, at 0
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert 0 < stats["entropy"] < math.log(model.cfg.vocab_size)
+    assert stats["grad_norm"] > 0 and stats["clip_fraction"] == 0.0
+    assert 0 <= stats["truncation_rate"] <= 1 and stats["mean_len"] <= cfg.max_new_tokens
+
+
+def test_ppo_epochs_at_rest_have_the_plain_gradient():
+    """With lr 0 the policy never moves, so every PPO epoch sees ratio 1: its gradient must be
+    the plain token-mean policy gradient, and nothing is clipped."""
+    model = tiny_model(5).double()
+    set_scope(model, "all")
+    comps = generate(model, ["def f(a):"] * 4, max_new_tokens=6, temperature=1.0, seed=0)
+    prompts = [c.prompt_ids for c in comps]
+    assert all(c.ids for c in comps)  # tokens to score
+    adv = advantages(torch.tensor([[1.0, 0.0, 0.5, 0.0]], dtype=torch.float64)).flatten()
+    params = list(model.parameters())
+    cfg = RLConfig(aggregation="token_mean", update_epochs=3, grad_clip=1e9)
+    stats = policy_update(model, None, torch.optim.SGD(params, lr=0.0), params, prompts, comps,
+                          adv, cfg)
+    got = [p.grad.clone() for p in params]
+    assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
+    model.zero_grad()
+    ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
+    logp, mask, _, _ = sequence_logprobs(model, prompts, ids)
+    expected = -sum(a * logp[i][mask[i]].mean() for i, a in enumerate(adv.tolist())) / 4
+    expected.backward()
+    for p, g in zip(params, got, strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-8, atol=1e-12)
+    # a large step moves the ratios out of [0.8, 1.2] within the batch's later epochs
+    moved = policy_update(model, None, torch.optim.SGD(params, lr=1.0), params, prompts, comps,
+                          adv, cfg)
+    assert moved["clip_fraction"] > 0
+
+
+def test_rl_plot_draws_the_health_panels(tmp_path):
+    rows = [{"step": s, "reward_mean": 0.1 * s, "reward_std": 0.2, "pass_rate": 0.1,
+             "no_spread_share": 0.5, "truncation_rate": 0.0, "clip_fraction": 0.0,
+             "entropy": 1.0, "kl": 0.01 * s, "grad_norm": 1.0, "mean_len": 40.0}
+            for s in (4, 8)] + [{"step": 12, "reward_mean": None, "pass_rate": None,
+                                 "dev_pass1": 0.5}]  # an sft row: no health figures
+    plot_rl(rows, tmp_path / "rl.png")
+    assert (tmp_path / "rl.png").stat().st_size > 10_000
 
 
 def test_rl_tasks_mix_ladder_and_families_evenly():
@@ -246,7 +318,7 @@ def test_sft_step_lowers_the_reference_bodies_loss():
 
     def nll() -> float:
         with torch.no_grad():
-            logp, mask, _ = sequence_logprobs(model, prompts, bodies)
+            logp, mask, _, _ = sequence_logprobs(model, prompts, bodies)
         return float(-logp.sum() / mask.sum())
 
     before = nll()
@@ -257,7 +329,7 @@ def test_sft_step_lowers_the_reference_bodies_loss():
     assert nll() < before - 0.5
 
 
-def test_rloo_update_scores_the_sampled_tokens_and_averages_over_all():
+def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     """Mixed zero and non-zero advantages, completions ended by EOS, by a dedent, by the
     length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N
     completions, y_i the body plus its EOS when it ended there, each computed on its own."""
@@ -271,7 +343,8 @@ def test_rloo_update_scores_the_sampled_tokens_and_averages_over_all():
     adv = torch.tensor([a for *_, a in made], dtype=torch.float64)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.0)  # keeps the weights; the gradients stay in .grad
-    loss = rloo_update(model, None, opt, params, prompts, comps, adv, RLConfig(grad_clip=1e9))
+    loss = policy_update(model, None, opt, params, prompts, comps, adv,
+                         RLConfig(grad_clip=1e9))["loss"]
     got = [p.grad.clone() for p in params]
     model.zero_grad()
     expected = 0.0
@@ -317,14 +390,14 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
         calls.append(1)
         if len(calls) == 2:
             raise Killed
-        return rloo_update(*args, **kwargs)
+        return policy_update(*args, **kwargs)
 
     kw = dict(device="cpu", log=lambda _: None, progress=False)
     train_rl(init, tmp_path / "whole", cfg, **kw)
-    monkeypatch.setattr("glmflash.train.rl.rloo_update", dies_in_step_2)
+    monkeypatch.setattr("glmflash.train.rl.policy_update", dies_in_step_2)
     with pytest.raises(Killed):
         train_rl(init, tmp_path / "killed", cfg, **kw)
-    monkeypatch.setattr("glmflash.train.rl.rloo_update", rloo_update)
+    monkeypatch.setattr("glmflash.train.rl.policy_update", policy_update)
     train_rl(init, tmp_path / "killed", cfg, resume=True, **kw)
 
     def rows(run: str, name: str) -> list[dict]:

@@ -1,0 +1,117 @@
+"""Advantage estimators and losses of the RL update against hand computations and loops."""
+
+import math
+
+import pytest
+import torch
+
+from glmflash.train.policy_gradient import (
+    ALGORITHMS,
+    advantages,
+    aggregate,
+    k3_kl,
+    policy_surrogate,
+)
+from glmflash.train.rl import RLConfig
+
+
+def test_advantages_by_hand():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    std = math.sqrt(4 * 0.25 / 3)  # unbiased std of (1, 0, 0, 1)
+    sign = torch.tensor([[1.0, -1.0, -1.0, 1.0]], dtype=torch.float64)
+    torch.testing.assert_close(advantages(r, "rloo"), sign * 2 / 3)
+    torch.testing.assert_close(advantages(r, "grpo"), sign * 0.5 / (std + 1e-6))
+    torch.testing.assert_close(advantages(r, "dr_grpo"), sign * 0.5)
+
+
+@pytest.mark.parametrize("kind", ["rloo", "grpo", "dr_grpo"])
+def test_advantages_against_a_loop_and_zero_without_spread(kind):
+    g = torch.Generator().manual_seed(0)
+    for G in (2, 3, 8):
+        r = torch.randn(4, G, generator=g, dtype=torch.float64)
+        r[0] = 0.25  # a group without spread
+        rows = []
+        for row in r.tolist():
+            mean = sum(row) / G
+            std = math.sqrt(sum((x - mean) ** 2 for x in row) / (G - 1))
+            rows.append([{"rloo": x - (sum(row) - x) / (G - 1), "grpo": (x - mean) / (std + 1e-6),
+                          "dr_grpo": x - mean}[kind] for x in row])
+        expected = torch.tensor(rows, dtype=torch.float64)
+        expected[0] = 0.0
+        got = advantages(r, kind)
+        torch.testing.assert_close(got, expected)
+        assert torch.equal(got[0], torch.zeros(G, dtype=torch.float64))  # exactly, not ~0
+
+
+def test_aggregations_by_hand():
+    terms = torch.tensor([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    torch.testing.assert_close(aggregate(terms, mask, "sequence", 10), torch.tensor([3.0, 4.0]))
+    torch.testing.assert_close(aggregate(terms, mask, "token_mean", 10),
+                               torch.tensor([1.5, 4.0]))
+    torch.testing.assert_close(aggregate(terms, mask, "constant", 10), torch.tensor([0.3, 0.4]))
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregate(terms, mask, "mean", 10)
+
+
+def test_plain_surrogate_is_minus_the_advantage_weighted_log_likelihood():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([1.0, -2.0])
+    # token_mean: -(1 * (-1.5) + (-2) * (-0.5)) / 2 = 0.25
+    out = policy_surrogate(logp, mask, adv, "token_mean")
+    assert float(out.loss) == pytest.approx(0.25) and out.clip_fraction == 0.0
+    out.loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.25, -0.25], [1.0, 0.0]]))
+
+
+def test_clipped_surrogate_by_hand():
+    """Ratios 1.5 and 0.5 under advantages +1 and -1: the clip binds where the ratio has gone
+    past 1 +- 0.2 in the advantage's favour (1.5 with A > 0, 0.5 with A < 0), and there the
+    token gives no gradient."""
+    old = torch.zeros(2, 2)
+    logp = torch.log(torch.tensor([[1.5, 0.5], [0.5, 1.5]])).requires_grad_()
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    adv = torch.tensor([1.0, -1.0])
+    out = policy_surrogate(logp, mask, adv, "sequence", old_logp=old, clip=0.2)
+    # terms: min(1.5, 1.2) = 1.2, min(0.5, 0.8) = 0.5; min(-0.5, -0.8) = -0.8, min(-1.5, -1.2)
+    # = -1.5; loss = -((1.2 + 0.5) + (-0.8 - 1.5)) / 2 = 0.3
+    assert float(out.loss) == pytest.approx(0.3)
+    assert out.clip_fraction == pytest.approx(0.5)
+    out.loss.backward()
+    # d/dlogp of -(rho A)/2 = -rho A / 2 where unclipped
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, -0.25], [0.0, 0.75]]))
+
+
+def test_clipped_surrogate_at_ratio_one_has_the_reinforce_gradient():
+    g = torch.Generator().manual_seed(1)
+    logp = torch.randn(3, 5, generator=g).requires_grad_()
+    mask = torch.rand(3, 5, generator=g) > 0.3
+    adv = torch.randn(3, generator=g)
+    plain = policy_surrogate(logp, mask, adv, "token_mean")
+    (grad_plain,) = torch.autograd.grad(plain.loss, logp)
+    clipped = policy_surrogate(logp, mask, adv, "token_mean", old_logp=logp.detach())
+    (grad_clipped,) = torch.autograd.grad(clipped.loss, logp)
+    torch.testing.assert_close(grad_clipped, grad_plain)
+    assert clipped.clip_fraction == 0.0
+
+
+def test_k3_kl_is_zero_at_the_reference_and_positive_elsewhere():
+    logp = torch.tensor([[-1.0, -2.0, 5.0]])
+    mask = torch.tensor([[True, True, False]])
+    assert float(k3_kl(logp, logp, mask)) == 0.0
+    ref = torch.tensor([[-1.5, -1.0, 0.0]])  # d = -0.5, 1.0; the masked position is ignored
+    expected = ((math.exp(-0.5) + 0.5 - 1) + (math.exp(1.0) - 1.0 - 1)) / 2
+    assert float(k3_kl(logp, ref, mask)) == pytest.approx(expected)
+
+
+def test_algorithms_are_valid_configs():
+    for fields in ALGORITHMS.values():
+        RLConfig(**fields)  # each named algorithm is a settable combination
+    assert ALGORITHMS["rloo"] == {"advantage": RLConfig().advantage,
+                                  "aggregation": RLConfig().aggregation,
+                                  "update_epochs": RLConfig().update_epochs}  # the default
+    with pytest.raises(ValueError, match="advantage"):
+        RLConfig(advantage="ppo")
+    with pytest.raises(ValueError, match="update epochs"):
+        RLConfig(update_epochs=0)
