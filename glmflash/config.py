@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from glmflash.flags import setting
 from glmflash.tokenizer import VOCAB_SIZE
 
 
@@ -20,6 +21,7 @@ LINEAR_KINDS = ("elu", "delta")
 SPARSE_KINDS = ("fixed", "indexer")
 BALANCE_KINDS = ("aux", "bias")
 STREAM_MIXERS = ("mhc", "static")
+CORPORA = ("tasks", "compositions", "stdlib", "mix")
 
 
 @dataclass(frozen=True)
@@ -148,27 +150,32 @@ class PretrainConfig:
     """One pretraining run. `steps` counts optimizer updates of `batch_size` sequences of
     `seq_len` tokens (the global batch, split across data-parallel ranks)."""
 
-    preset: str = "25m"
-    steps: int = 300
-    batch_size: int = 32
-    seq_len: int = 128
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    warmup: int = 20
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    seed: int = 0
-    corpus: str = "tasks"  # tasks | compositions | stdlib | mix
-    precision: str = "fp32"  # fp32, or bf16 autocast (slower on CPUs without native bf16)
-    optimizer: str = "adamw"  # adamw | muon (Muon for 2-D hidden matrices, AdamW for the rest)
-    eval_every: int = 100
-    eval_batches: int = 4
-    eval_tasks: int = 4  # dev tasks per family for greedy pass@1 during training (0: off)
-    ckpt_every: int = 100
-    keep_checkpoints: int = 2
-    indexer_warmup: int = 0  # dense warm-up steps training only the lightning indexer
+    preset: str = setting("25m", "model preset", tuple(PRESETS))
+    steps: int = setting(300, "optimizer updates")
+    batch_size: int = setting(32, "sequences per update (the global batch)")
+    seq_len: int = setting(128, "tokens per sequence (packed documents, no padding)")
+    lr: float = setting(3e-3, "peak learning rate, after the linear warm-up")
+    min_lr_ratio: float = setting(0.1, "the cosine schedule decays to lr * min_lr_ratio")
+    warmup: int = setting(20, "steps of linear warm-up")
+    weight_decay: float = setting(0.1, "decoupled weight decay on matrices only")
+    beta1: float = setting(0.9, "Adam's first-moment decay")
+    beta2: float = setting(0.95, "Adam's second-moment decay")
+    grad_clip: float = setting(1.0, "gradient norm clip")
+    seed: int = setting(0, "initial weights and the data stream")
+    corpus: str = setting("tasks", "the synthetic corpus (mix: tasks, compositions and "
+                          "stdlib by document)", CORPORA)
+    precision: str = setting("fp32", "fp32, or bf16 autocast (slower on CPUs without native "
+                             "bf16)", ("fp32", "bf16"))
+    optimizer: str = setting("adamw", "adamw, or muon (Muon for 2-D hidden matrices, AdamW "
+                             "for the rest)", ("adamw", "muon"))
+    eval_every: int = setting(100, "steps between dev-loss evaluations")
+    eval_batches: int = setting(4, "dev batches per evaluation")
+    eval_tasks: int = setting(4, "dev tasks per family for greedy pass@1 during training "
+                              "(0: off)")
+    ckpt_every: int = setting(100, "steps between checkpoints")
+    keep_checkpoints: int = setting(2, "checkpoints kept (the latest ones)")
+    indexer_warmup: int = setting(0, "dense warm-up steps training only the lightning "
+                                  "indexer (sparse_kind indexer)")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "ckpt_every",
@@ -183,7 +190,7 @@ class PretrainConfig:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
-        if self.corpus not in ("tasks", "compositions", "stdlib", "mix"):
+        if self.corpus not in CORPORA:
             raise ConfigError(f"corpus must be tasks, compositions, stdlib or mix, "
                               f"got {self.corpus!r}")
         if self.precision not in ("bf16", "fp32"):

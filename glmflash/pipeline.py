@@ -31,6 +31,7 @@ from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import MAX_NEW_TOKENS
 from glmflash.train.rl import RLConfig
+from glmflash.train.vision import VisionConfig
 
 TRAINED = ("increment", "double", "even")
 STAGE_FILE = "stage.json"
@@ -43,11 +44,9 @@ class PipelinePlan:
     preset: str
     pretrain: PretrainConfig
     rl: RLConfig
+    vision: VisionConfig = VisionConfig()  # glmflash vision's defaults are the pipeline's
     confirm_per_family: int = 8
     pass_k: int = 8
-    vision_steps: int = 100  # full steps through the LM, after the tower's align steps
-    vision_align_steps: int = 2000
-    vision_eval: int = 1000
     max_new_tokens: int = MAX_NEW_TOKENS  # confirm evaluation; RL keeps its own budget
     ladder_per_rung: int = 32  # confirm tasks per rung, greedy
 
@@ -67,8 +66,8 @@ class PipelinePlan:
                                           optimizer="muon"),
                    RLConfig(groups=2, group_size=4, tasks_per_step=2, seed=seed, eval_every=2,
                             dev_per_family=1, max_new_tokens=12),
-                   confirm_per_family=1, pass_k=2, vision_steps=3, vision_align_steps=3,
-                   vision_eval=20, max_new_tokens=12, ladder_per_rung=2)
+                   VisionConfig(steps=3, align_steps=3, eval_size=20),
+                   confirm_per_family=1, pass_k=2, max_new_tokens=12, ladder_per_rung=2)
 
 
 class Pipeline:
@@ -160,9 +159,7 @@ class Pipeline:
         run_dir = folder / "run"
         if run_dir.exists():  # an interrupted vision run restarts (it takes minutes)
             shutil.rmtree(run_dir)
-        res = train_vision(run_dir, init=base, steps=self.plan.vision_steps,
-                           align_steps=self.plan.vision_align_steps,
-                           eval_size=self.plan.vision_eval, device=self.device)
+        res = train_vision(run_dir, self.plan.vision, init=base, device=self.device)
         return {"heldout_correct": res["heldout_correct"], "train_correct": res["train_correct"]}
 
     def machine(self) -> dict[str, Any]:

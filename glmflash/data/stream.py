@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from glmflash.config import CORPORA
 from glmflash.data import code_tasks, compositions, ladder, rng_for, stdlib
 from glmflash.tokenizer import encode
 
 DocFn = Callable[[int], str]
-CORPORA = ("tasks", "compositions", "stdlib", "mix")
 CORPUS_SPLITS = ("train", "eval")
 MIX_WEIGHTS = {"tasks": 0.75, "compositions": 0.2, "stdlib": 0.05}  # per document, not token
 LADDER_SHARE = 0.8  # share of the tasks corpus's documents that are ladder tasks

@@ -29,6 +29,7 @@ import torch
 
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast_dtype, resolve_device
+from glmflash.flags import add_config_flags, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train import checkpoint as ckpt
@@ -378,12 +379,6 @@ def plot_losses(metrics: Path, png: Path) -> None:
 
 # -- command line ----------------------------------------------------------------------------
 
-FLAGS: dict[str, type] = {"preset": str, "steps": int, "batch_size": int, "seq_len": int,
-                          "lr": float, "seed": int, "corpus": str, "precision": str,
-                          "optimizer": str, "warmup": int, "eval_every": int,
-                          "ckpt_every": int, "indexer_warmup": int, "eval_tasks": int}
-
-
 def parse_model_options(items: list[str]) -> dict[str, Any]:
     """KEY=VALUE strings -> typed model overrides (types from ModelConfig's defaults)."""
     defaults = ModelConfig().to_dict()
@@ -404,9 +399,7 @@ def parse_model_options(items: list[str]) -> dict[str, Any]:
 
 def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics, plots)")
-    for name, kind in FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
-                       help=f"default {getattr(PretrainConfig, name)}")
+    add_config_flags(p, PretrainConfig)
     p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
                    help="override a model config field, e.g. linear_kind=delta")
@@ -418,7 +411,6 @@ def run(args) -> int:
     from glmflash.cli import CLIError
     from glmflash.config import ConfigError
 
-    given = {k: getattr(args, k) for k in FLAGS if getattr(args, k) is not None}
     out = Path(args.out)
     base: dict[str, Any] = {}
     try:
@@ -429,7 +421,7 @@ def run(args) -> int:
             preset_model = model_config(saved["pretrain"]["preset"]).to_dict()
             overrides = {**{k: v for k, v in saved["model"].items()
                             if preset_model.get(k) != v and k != "context"}, **overrides}
-        cfg = PretrainConfig(**{**base, **given})
+        cfg = PretrainConfig(**{**base, **given(PretrainConfig, args)})
         summary = pretrain(cfg, out, device=args.device, resume=args.resume,
                            model_overrides=overrides)
     except (TrainError, ConfigError, ckpt.CheckpointError, ValueError) as e:

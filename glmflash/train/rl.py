@@ -40,6 +40,7 @@ from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks, tasks
 from glmflash.device import resolve_device
 from glmflash.evaluate.coding import MAX_NEW_TOKENS, completion_source, evaluate_tasks
+from glmflash.flags import add_config_flags, given, setting
 from glmflash.generate import generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
@@ -73,34 +74,48 @@ PTX_SEQ_LEN = 128
 
 @dataclass(frozen=True)
 class RLConfig:
-    """The defaults are the pipeline's RL stage."""
+    """One RL run. The defaults are the pipeline's RL stage; every field is a flag of
+    `glmflash rl` (`flags.add_config_flags`)."""
 
-    objective: str = "rloo"  # rloo: reward from the verifier; sft: imitate the reference body
-    families: tuple[str, ...] = ("increment", "double", "even")  # the reference lab's three
-    ladder_share: float = 0.5  # share of the groups drawn from the ladder's RL structures
-    groups: int = 96  # tasks, each one group of G completions
-    group_size: int = 16
-    tasks_per_step: int = 4  # groups batched into one optimizer step
-    temperature: float = 0.8
-    top_p: float = 1.0
-    lr: float = 1e-4
-    reward: str = "binary"
-    invalid_penalty: float = -0.1
-    scope: str = "last-block-head"
-    seed: int = 31415
-    kl: float = 0.0
-    ptx: float = 0.0  # weight of the pretraining next-token loss mixed into each update
-    ptx_batch: int = 8  # rows of PTX_SEQ_LEN tokens of the pretraining corpus per update
-    normalize_std: bool = False  # divide RLOO's advantages by the group's reward std
-    advantage: str = "rloo"  # rloo | grpo | dr_grpo (policy_gradient.advantages)
-    aggregation: str = "sequence"  # per completion: sequence | token_mean | constant
-    update_epochs: int = 1  # updates per batch of rollouts; > 1 uses PPO's clipped ratio
-    clip: float = 0.2  # PPO's ratio range [1 - clip, 1 + clip] (update_epochs > 1)
-    max_new_tokens: int = MAX_NEW_TOKENS  # the ladder's step-by-step bodies need the room
-    eval_every: int = 32  # groups between dev evaluations
-    dev_per_family: int = 40  # 24 dev tasks were too few to choose a checkpoint on
-    dev_ladder: int = 60  # dev tasks of the ladder's RL structures (when ladder_share > 0)
-    grad_clip: float = 1.0
+    objective: str = setting("rloo", "rloo: reward from the verifier; sft: imitate the "
+                             "reference bodies (the supervised control)", OBJECTIVES)
+    families: tuple[str, ...] = setting(("increment", "double", "even"),
+                                        "seed families trained (the reference lab's three)")
+    ladder_share: float = setting(0.5, "share of the groups drawn from the ladder's RL "
+                                  "structures")
+    groups: int = setting(96, "tasks in the run, each one group of group_size completions")
+    group_size: int = setting(16, "completions sampled per task (the leave-one-out group)")
+    tasks_per_step: int = setting(4, "groups batched into one optimizer step")
+    temperature: float = setting(0.8, "sampling temperature of the rollouts")
+    top_p: float = setting(1.0, "nucleus sampling of the rollouts (1: off)")
+    lr: float = setting(1e-4, "AdamW learning rate (0 updates nothing: rl-ablations' control)")
+    reward: str = setting("binary", "binary: all cases pass; partial: share of cases passed",
+                          ("binary", "partial"))
+    invalid_penalty: float = setting(-0.1, "reward of a program that does not parse or run")
+    scope: str = setting("last-block-head", "trained parameters: last block + final norm + "
+                         "tied embedding, last block only, or all", SCOPES)
+    seed: int = setting(31415, "task order and sampling")
+    kl: float = setting(0.0, "weight of the k3 KL penalty to the initial policy")
+    ptx: float = setting(0.0, "weight of the pretraining next-token loss mixed into each "
+                         "update (InstructGPT's PPO-ptx)")
+    ptx_batch: int = setting(8, "rows of PTX_SEQ_LEN pretraining tokens per update")
+    normalize_std: bool = setting(False, "divide RLOO's advantages by the group's reward std")
+    advantage: str = setting("rloo", "advantage estimator: leave-one-out, group mean and std "
+                             "(GRPO), group mean (Dr. GRPO)", ADVANTAGES)
+    aggregation: str = setting("sequence", "a completion's log-probability: summed, averaged "
+                               "over its tokens (GRPO), or over a constant budget (Dr. GRPO)",
+                               AGGREGATIONS)
+    update_epochs: int = setting(1, "updates per batch of rollouts; above 1, PPO's clipped "
+                                 "ratio against the sampling policy")
+    clip: float = setting(0.2, "PPO's ratio range [1 - clip, 1 + clip] (update_epochs > 1)")
+    max_new_tokens: int = setting(MAX_NEW_TOKENS, "token budget of a rollout (the ladder's "
+                                  "step-by-step bodies need the room)")
+    eval_every: int = setting(32, "groups between dev evaluations (checkpoint selection)")
+    dev_per_family: int = setting(40, "dev tasks per trained family for checkpoint selection "
+                                  "(24 were too few to choose on)")
+    dev_ladder: int = setting(60, "dev tasks of the ladder's RL structures (when ladder_share "
+                              "> 0)")
+    grad_clip: float = setting(1.0, "gradient norm clip")
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -461,59 +476,15 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
 # -- command line ----------------------------------------------------------------------------
 
 def add_arguments(p) -> None:
-    d = RLConfig()
     p.add_argument("--init", required=True, help="checkpoint folder to start from")
     p.add_argument("--out", required=True)
-    p.add_argument("--objective", choices=OBJECTIVES, default=d.objective,
-                   help="rloo (verifier reward) or sft (imitate the reference bodies)")
-    p.add_argument("--families", default=",".join(d.families))
-    p.add_argument("--ladder-share", type=float, default=d.ladder_share,
-                   help="share of the groups drawn from the ladder's RL structures")
-    p.add_argument("--groups", type=int, default=d.groups)
-    p.add_argument("--group-size", type=int, default=d.group_size)
-    p.add_argument("--tasks-per-step", type=int, default=d.tasks_per_step)
-    p.add_argument("--temperature", type=float, default=d.temperature)
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--reward", choices=("binary", "partial"), default=d.reward)
-    p.add_argument("--invalid-penalty", type=float, default=d.invalid_penalty)
-    p.add_argument("--scope", choices=SCOPES, default=d.scope)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--kl", type=float, default=d.kl, help="KL penalty to the initial policy")
-    p.add_argument("--ptx", type=float, default=d.ptx,
-                   help="weight of the pretraining-corpus next-token loss in each update")
-    p.add_argument("--ptx-batch", type=int, default=d.ptx_batch)
-    p.add_argument("--normalize-std", action="store_true")
-    p.add_argument("--advantage", choices=ADVANTAGES, default=d.advantage,
-                   help="rloo (leave-one-out), grpo (group mean and std), dr_grpo (group mean)")
-    p.add_argument("--aggregation", choices=AGGREGATIONS, default=d.aggregation,
-                   help="a completion's log-probability: summed (sequence), averaged over its "
-                        "tokens (token_mean), or summed over a constant budget (constant)")
-    p.add_argument("--update-epochs", type=int, default=d.update_epochs,
-                   help="updates per batch of rollouts; above 1, PPO's clipped ratio")
-    p.add_argument("--clip", type=float, default=d.clip, help="PPO's ratio clip range")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--eval-every", type=int, default=d.eval_every)
-    p.add_argument("--dev-per-family", type=int, default=d.dev_per_family)
-    p.add_argument("--dev-ladder", type=int, default=d.dev_ladder)
+    add_config_flags(p, RLConfig)
     p.add_argument("--device", default="auto")
     p.add_argument("--resume", action="store_true")
 
 
 def config_from_args(args) -> RLConfig:
-    return RLConfig(objective=args.objective,
-                    families=tuple(f.strip() for f in args.families.split(",") if f.strip()),
-                    ladder_share=args.ladder_share, dev_ladder=args.dev_ladder,
-                    groups=args.groups, group_size=args.group_size,
-                    tasks_per_step=args.tasks_per_step, temperature=args.temperature,
-                    top_p=args.top_p, lr=args.lr, reward=args.reward,
-                    invalid_penalty=args.invalid_penalty, scope=args.scope, seed=args.seed,
-                    kl=args.kl, ptx=args.ptx, ptx_batch=args.ptx_batch,
-                    normalize_std=args.normalize_std, advantage=args.advantage,
-                    aggregation=args.aggregation, update_epochs=args.update_epochs,
-                    clip=args.clip,
-                    max_new_tokens=args.max_new_tokens, eval_every=args.eval_every,
-                    dev_per_family=args.dev_per_family)
+    return RLConfig(**given(RLConfig, args))
 
 
 def run(args) -> int:

@@ -26,9 +26,11 @@ when the LM cannot be recovered from --init: it was trained, or randomly initial
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from glmflash.config import ConfigError, PretrainConfig, model_config
+from glmflash.config import PRESETS, ConfigError, PretrainConfig, model_config
 from glmflash.data import digits
 from glmflash.device import autocast_dtype, resolve_device
+from glmflash.flags import add_config_flags, given, setting
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
@@ -269,37 +272,63 @@ def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
 
 # -- the run -----------------------------------------------------------------------------------
 
-def train_vision(out: str | Path, init: str | Path | None = None, preset: str = "25m",
-                 steps: int = 100, batch_size: int = 16, lr: float = 1e-3, warmup: int = 10,
-                 align_steps: int = 2000, align_batch_size: int = 32, align_lr: float = 2e-3,
-                 weight_decay: float = 0.01, train_scope: str = "lm", tower: str = "blocks",
-                 seed: int = 0, eval_size: int = 1000, device: str = "auto",
-                 precision: str = "fp32", progress: bool = True,
+@dataclass(frozen=True)
+class VisionConfig:
+    """One vision run: the align stage (the tower alone), then the full stage through the LM.
+    Every field is a flag of `glmflash vision`."""
+
+    preset: str = setting("25m", "model preset of a from-scratch LM (a checkpoint has its own)",
+                          tuple(PRESETS))
+    steps: int = setting(100, "full steps through the LM")
+    batch_size: int = setting(16, "images per full step")
+    lr: float = setting(1e-3, "peak learning rate of the full stage")
+    warmup: int = setting(10, "linear warm-up steps of each stage")
+    align_steps: int = setting(2000, "tower-only steps first, the answer read through the tied "
+                               "head (0: none)")
+    align_batch_size: int = setting(32, "images per align step")
+    align_lr: float = setting(2e-3, "peak learning rate of the align stage")
+    weight_decay: float = setting(0.01, "decoupled weight decay on matrices")
+    train_scope: str = setting("lm", "what learns in the full stage (lm: the LM, the aligned "
+                               "tower frozen)", SCOPES)
+    tower: str = setting("blocks", "blocks: two-block transformer tower; direct: the "
+                         "direct-patch baseline", TOWERS)
+    seed: int = setting(0, "initialisation and the training images")
+    eval_size: int = setting(1000, "renderings per evaluation split")
+    precision: str = setting("fp32", "fp32, or bf16 autocast", ("fp32", "bf16"))
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_size", "align_batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise VisionTrainError(f"{name} must be a positive integer, got {value!r}")
+        if self.warmup < 0 or self.align_steps < 0 or not self.lr > 0 or not self.align_lr > 0:
+            raise VisionTrainError(
+                f"need lr > 0, align_lr > 0, warmup >= 0 and align_steps >= 0, got "
+                f"lr={self.lr}, align_lr={self.align_lr}, warmup={self.warmup}, "
+                f"align_steps={self.align_steps}")
+        if self.tower not in TOWERS:
+            raise VisionTrainError(f"unknown tower {self.tower!r}; choose from "
+                                   f"{', '.join(TOWERS)}")
+        check_scope(self.train_scope)  # before any training, not after the align stage
+        if self.train_scope == "lm" and self.align_steps == 0:
+            raise VisionTrainError("train scope lm freezes the tower, so it needs "
+                                   "--align-steps > 0 to train it first")
+
+
+def train_vision(out: str | Path, cfg: VisionConfig, init: str | Path | None = None,
+                 device: str = "auto", progress: bool = True,
                  plots: bool = True) -> dict[str, Any]:
     """Train the vision path, evaluate it, write everything to `out`; returns the results."""
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size),
-                        ("align_batch_size", align_batch_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise VisionTrainError(f"{name} must be a positive integer, got {value!r}")
-    if warmup < 0 or align_steps < 0 or not lr > 0 or not align_lr > 0:
-        raise VisionTrainError(f"need lr > 0, align_lr > 0, warmup >= 0 and align_steps >= 0, "
-                               f"got lr={lr}, align_lr={align_lr}, warmup={warmup}, "
-                               f"align_steps={align_steps}")
-    if tower not in TOWERS:
-        raise VisionTrainError(f"unknown tower {tower!r}; choose from {', '.join(TOWERS)}")
-    check_scope(train_scope)  # before any training, not after the align stage
-    if train_scope == "lm" and align_steps == 0:
-        raise VisionTrainError("train scope lm freezes the tower, so it needs --align-steps > 0 "
-                               "to train it first")
+    c = cfg
     out = Path(out)
     if (out / RESULTS).exists():
         raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
     dev = resolve_device(device)
-    amp = autocast_dtype(dev, precision)
+    amp = autocast_dtype(dev, c.precision)
     if amp is not None and (warning := bf16_warning(dev)):
         print(warning, file=sys.stderr)
     t_start = time.perf_counter()
-    vlm = build_model(init, preset, tower, seed, dev)
+    vlm = build_model(init, c.preset, c.tower, c.seed, dev)
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS).write_text("")
@@ -307,33 +336,33 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
     except OSError as e:
         raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
 
-    common = dict(warmup=warmup, weight_decay=weight_decay, seed=seed, dev=dev, amp=amp,
+    common = dict(warmup=c.warmup, weight_decay=c.weight_decay, seed=c.seed, dev=dev, amp=amp,
                   out=out, progress=progress)
     t0 = time.perf_counter()
-    if align_steps:
-        train_steps(vlm, "align", align_steps, 0, align_batch_size, align_lr, scope="vision",
-                    **common)
+    if c.align_steps:
+        train_steps(vlm, "align", c.align_steps, 0, c.align_batch_size, c.align_lr,
+                    scope="vision", **common)
     align_seconds = time.perf_counter() - t0
-    params, loss_value = train_steps(vlm, "full", steps, align_steps * align_batch_size,
-                                     batch_size, lr, scope=train_scope, **common)
+    params, loss_value = train_steps(vlm, "full", c.steps, c.align_steps * c.align_batch_size,
+                                     c.batch_size, c.lr, scope=c.train_scope, **common)
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
     train_seconds = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     results: dict[str, Any] = {}
     for split in ("heldout", "far", "train"):
-        images, labels = evaluation_set(split, eval_size, seed)
+        images, labels = evaluation_set(split, c.eval_size, c.seed)
         preds = predict_all(vlm, images, dev, amp)
         k = int((preds == labels).sum())
-        results[f"{split}_correct"] = [k, eval_size]
-        results[f"{split}_accuracy"] = k / eval_size
+        results[f"{split}_correct"] = [k, c.eval_size]
+        results[f"{split}_accuracy"] = k / c.eval_size
         if split == "heldout":
             matrix = confusion_matrix(labels, preds)
             results["heldout_confusion"] = matrix.tolist()
             if plots:
                 plot_grid(images, labels, preds, out / "heldout_grid.png")
                 plot_confusion(matrix, out / "confusion.png",
-                               f"held-out renderings: {k}/{eval_size} correct")
+                               f"held-out renderings: {k}/{c.eval_size} correct")
     extra = digits.sklearn_digits()
     if extra is None:
         results["sklearn_digits"] = "skipped: scikit-learn is not installed"
@@ -343,16 +372,12 @@ def train_vision(out: str | Path, init: str | Path | None = None, preset: str = 
     eval_seconds = time.perf_counter() - t1
 
     meta = {"init": str(init) if init is not None else None,
-            "preset": preset if init is None else None, "train_scope": train_scope,
-            "steps": steps, "seed": seed}
-    save_vision(out / CHECKPOINT, vlm, tower, with_lm=lm_trained or init is None, **meta)
+            "preset": c.preset if init is None else None, "train_scope": c.train_scope,
+            "steps": c.steps, "seed": c.seed}
+    save_vision(out / CHECKPOINT, vlm, c.tower, with_lm=lm_trained or init is None, **meta)
     results.update({
-        "tower": tower, "train_scope": train_scope, "init": meta["init"],
-        "preset": meta["preset"], "steps": steps, "batch_size": batch_size, "lr": lr,
-        "warmup": warmup, "align_steps": align_steps, "align_batch_size": align_batch_size,
-        "align_lr": align_lr,
-        "align_seconds": align_seconds, "seed": seed, "device": str(dev), "precision": precision,
-        "final_loss": loss_value,
+        **dataclasses.asdict(c), "init": meta["init"], "preset": meta["preset"],
+        "align_seconds": align_seconds, "device": str(dev), "final_loss": loss_value,
         "trainable_parameters": sum(p.numel() for p in params),
         "tower_parameters": sum(p.numel() for p in vlm.tower.parameters()),
         "train_seconds": train_seconds, "eval_seconds": eval_seconds,
@@ -371,24 +396,9 @@ def add_arguments(p) -> None:
     source.add_argument("--init", metavar="CHECKPOINT", help="start from this LM checkpoint")
     source.add_argument("--from-scratch", action="store_true",
                         help="start from a randomly initialised LM of --preset")
-    p.add_argument("--preset", default=None, help="model preset with --from-scratch: 25m | tiny")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--steps", type=int, default=100, help="full steps through the LM")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--align-steps", type=int, default=2000,
-                   help="tower-only steps first, answer read through the tied head (0: none)")
-    p.add_argument("--align-batch-size", type=int, default=32)
-    p.add_argument("--align-lr", type=float, default=2e-3)
-    p.add_argument("--lr", type=float, default=1e-3, help="learning rate of the full stage")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--train-scope", choices=SCOPES, default="lm",
-                   help="what learns in the full stage (lm: the LM, the aligned tower frozen)")
-    p.add_argument("--tower", choices=TOWERS, default="blocks",
-                   help="blocks: two-block transformer tower; direct: direct-patch baseline")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-size", type=int, default=1000)
+    add_config_flags(p, VisionConfig)
     p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
 
 
 def run(args) -> int:
@@ -397,14 +407,8 @@ def run(args) -> int:
     if args.preset is not None and args.init is not None:
         raise CLIError("--preset applies only with --from-scratch (the checkpoint has its own)")
     try:
-        results = train_vision(args.out, init=args.init, preset=args.preset or "25m",
-                               steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                               warmup=args.warmup, align_steps=args.align_steps,
-                               align_batch_size=args.align_batch_size,
-                               align_lr=args.align_lr,
-                               train_scope=args.train_scope,
-                               tower=args.tower, seed=args.seed, eval_size=args.eval_size,
-                               device=args.device, precision=args.precision)
+        results = train_vision(args.out, VisionConfig(**given(VisionConfig, args)),
+                               init=args.init, device=args.device)
     except (VisionTrainError, ckpt.CheckpointError, ConfigError, ValueError) as e:
         raise CLIError(str(e)) from None
     keys = ("heldout_correct", "far_correct", "train_correct", "trainable_parameters",

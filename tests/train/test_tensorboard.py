@@ -64,7 +64,7 @@ def test_rl_and_vision_events_equal_their_metrics(tmp_path, monkeypatch):
     from glmflash.model.lm import GLMFlash
     from glmflash.train.checkpoint import save_model
     from glmflash.train.rl import RLConfig, train_rl
-    from glmflash.train.vision import train_vision
+    from glmflash.train.vision import VisionConfig, train_vision
 
     torch.manual_seed(0)
     init = save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
@@ -78,8 +78,9 @@ def test_rl_and_vision_events_equal_their_metrics(tmp_path, monkeypatch):
         assert [v for _, v in got[tag]] == pytest.approx([v for _, v in points], rel=1e-6)
 
     out = tmp_path / "vision"
-    train_vision(out, preset="tiny", steps=2, batch_size=4, align_steps=2, align_batch_size=4,
-                 eval_size=10, device="cpu", progress=False, plots=False)
+    train_vision(out, VisionConfig(preset="tiny", steps=2, batch_size=4, align_steps=2,
+                                   align_batch_size=4, eval_size=10),
+                 device="cpu", progress=False, plots=False)
     rows = list(read_jsonl(out / METRICS))
     got = scalars(out)
     for stage in ("align", "full"):

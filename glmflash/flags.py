@@ -1,0 +1,73 @@
+"""Command-line flags derived from a config dataclass, so that a setting is written once.
+
+A config field is declared with `setting`, which keeps its help text (and its choices, where
+the value is one of a few names) beside its default:
+
+    lr: float = setting(1e-4, "AdamW learning rate; 0 updates nothing")
+    advantage: str = setting("rloo", "the advantage estimator", choices=ADVANTAGES)
+
+`add_config_flags(parser, Config)` then adds `--lr`, `--advantage`, ... for every field, with
+the type, choices and help of the field and its default in the help; every flag defaults to
+None, so `given(Config, args)` returns only what the user set (a resumed run fills the rest
+from its record). Tuples of names are written comma-separated, booleans as --x / --no-x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+
+def setting(default: Any, help: str, choices: Sequence[str] | None = None) -> Any:
+    """A dataclass field with its documentation (and allowed values) attached."""
+    metadata = {"help": help, **({"choices": tuple(choices)} if choices else {})}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def config_fields(cls: type) -> list[dataclasses.Field]:
+    return list(dataclasses.fields(cls))
+
+
+def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type,
+                     skip: Sequence[str] = ()) -> None:
+    """One flag per field of dataclass `cls` (except `skip`), all defaulting to None."""
+    hints = typing.get_type_hints(cls)
+    for f in config_fields(cls):
+        if f.name in skip:
+            continue
+        kind, doc = hints[f.name], f.metadata.get("help")
+        if doc is None:
+            raise TypeError(f"{cls.__name__}.{f.name} has no help: declare it with setting()")
+        help_text = f"{doc} (default: {_shown(f.default)})"
+        kwargs: dict[str, Any] = {"default": None, "help": help_text}
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(kind) is tuple:
+            kwargs.update(type=_names, metavar="A,B,...")
+        else:
+            kwargs.update(type=kind, choices=f.metadata.get("choices"))
+        parser.add_argument(flag_name(f.name), dest=f.name, **kwargs)
+
+
+def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of `cls` the user set on the command line."""
+    return {f.name: getattr(args, f.name) for f in config_fields(cls)
+            if getattr(args, f.name, None) is not None}
+
+
+def _shown(value: Any) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+__all__ = ["add_config_flags", "config_fields", "flag_name", "given", "setting"]
