@@ -167,6 +167,12 @@ class DeltaAttention(nn.Module):
         self.out_norm = RMSNorm(D, cfg.norm_eps)
         self.o_proj = nn.Linear(d, d, bias=False)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        """The fused q, k, v projection ~ N(0, std); o ~ N(0, out_std). The convolution,
+        beta, decay and gate keep the init their own definitions give them."""
+        nn.init.normal_(self.qkv_proj.weight, std=std)
+        nn.init.normal_(self.o_proj.weight, std=out_std)
+
     def short_conv(self, u: Tensor, past: Tensor) -> tuple[Tensor, Tensor]:
         """SiLU(causal depthwise conv) of u [B, T, 3d] after the K-1 earlier inputs `past`;
         returns the result and the last K-1 inputs (the next call's `past`)."""

@@ -138,6 +138,12 @@ class LinearAttention(nn.Module):
         self.rope = None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context,
                                                                cfg.rope_theta)
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        """q, k, v ~ N(0, std); o, which writes into the residual streams, ~ N(0, out_std)."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.normal_(proj.weight, std=std)
+        nn.init.normal_(self.o_proj.weight, std=out_std)
+
     def forward(self, x: Tensor, state: LinearState | None = None,
                 offset: int = 0) -> tuple[Tensor, LinearState]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], state after x)."""

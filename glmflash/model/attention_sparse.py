@@ -146,6 +146,13 @@ class SparseAttention(nn.Module):
         self.collect_indexer_loss = False
         self.indexer_kl: Tensor | None = None
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        """q, k, v ~ N(0, std); o, which writes into the residual streams, ~ N(0, out_std).
+        The indexer keeps its own init (it is trained towards the main attention)."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.normal_(proj.weight, std=std)
+        nn.init.normal_(self.o_proj.weight, std=out_std)
+
     def forward(self, x: Tensor, state: KVCache | None = None,
                 offset: int = 0) -> tuple[Tensor, KVCache]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x)."""

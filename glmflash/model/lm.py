@@ -128,24 +128,15 @@ class GLMFlash(nn.Module):
     def _init_weights(self) -> None:
         """GPT-2 style: embedding and projections N(0, std), and the projections that write
         into the residual streams N(0, std / sqrt(2 * n_layers)), so that at the start each
-        sublayer adds an update of the embedding's scale instead of drowning it. Gates,
-        decays, convolutions, the indexer and the stream coefficients keep their own init."""
+        sublayer adds an update of the embedding's scale instead of drowning it. Each sublayer
+        owns its `init_weights(std, out_std)` (an attention variant without one fails here,
+        instead of silently keeping PyTorch's default init); gates, decays, convolutions, the
+        indexer and the stream coefficients keep the init their modules give them."""
         std, out_std = self.cfg.init_std, self.cfg.init_std / (2 * self.cfg.n_layers) ** 0.5
         nn.init.normal_(self.embedding.weight, std=std)
         for block in [*self.layers, *([self.mtp_block] if self.cfg.mtp else [])]:
-            for name in ("q_proj", "k_proj", "v_proj", "qkv_proj"):
-                if hasattr(block.attn, name):
-                    nn.init.normal_(getattr(block.attn, name).weight, std=std)
-            nn.init.normal_(block.attn.o_proj.weight, std=out_std)
-            moe = block.moe
-            nn.init.normal_(moe.router.weight, std=std)
-            for w in (moe.w1, moe.w3):
-                nn.init.normal_(w, std=std)
-            nn.init.normal_(moe.w2, std=out_std)
-            if moe.shared is not None:
-                nn.init.normal_(moe.shared.w1.weight, std=std)
-                nn.init.normal_(moe.shared.w3.weight, std=std)
-                nn.init.normal_(moe.shared.w2.weight, std=out_std)
+            block.attn.init_weights(std, out_std)
+            block.moe.init_weights(std, out_std)
 
     # -- full-sequence forward ------------------------------------------------------------
     def forward(self, tokens: Tensor, targets: Tensor | None = None) -> ModelOutput:

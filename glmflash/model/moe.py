@@ -74,6 +74,18 @@ class MoE(nn.Module):
         self.shared = SwiGLU(C, cfg.n_shared * H) if cfg.n_shared else None
         self.register_buffer("select_bias", torch.zeros(E))
 
+    def init_weights(self, std: float, out_std: float) -> None:
+        """Router and the experts' input projections ~ N(0, std); the experts' output
+        projections, which write into the residual streams, ~ N(0, out_std)."""
+        nn.init.normal_(self.router.weight, std=std)
+        for w in (self.w1, self.w3):
+            nn.init.normal_(w, std=std)
+        nn.init.normal_(self.w2, std=out_std)
+        if self.shared is not None:
+            nn.init.normal_(self.shared.w1.weight, std=std)
+            nn.init.normal_(self.shared.w3.weight, std=std)
+            nn.init.normal_(self.shared.w2.weight, std=out_std)
+
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x [N, C] -> expert indices [N, k], gates [N, k] (summing to 1), probabilities
         p [N, E]. The router runs in float32 (or float64) even under autocast."""

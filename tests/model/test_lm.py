@@ -170,3 +170,49 @@ def test_mtp_loss_in_eval_mode_too():
     for a, b in ((train.loss, evaluated.loss), (train.aux_loss, evaluated.aux_loss),
                  (train.extra["mtp_loss"], evaluated.extra["mtp_loss"])):
         assert torch.equal(a, b)
+
+
+def _init_by_attribute_names(model: GLMFlash) -> None:
+    """The former init, which found projections by their attribute names: the reference the
+    per-module `init_weights` must reproduce exactly (same draws, same order)."""
+    std, out_std = model.cfg.init_std, model.cfg.init_std / (2 * model.cfg.n_layers) ** 0.5
+    torch.nn.init.normal_(model.embedding.weight, std=std)
+    for block in [*model.layers, *([model.mtp_block] if model.cfg.mtp else [])]:
+        for name in ("q_proj", "k_proj", "v_proj", "qkv_proj"):
+            if hasattr(block.attn, name):
+                torch.nn.init.normal_(getattr(block.attn, name).weight, std=std)
+        torch.nn.init.normal_(block.attn.o_proj.weight, std=out_std)
+        moe = block.moe
+        torch.nn.init.normal_(moe.router.weight, std=std)
+        for w in (moe.w1, moe.w3):
+            torch.nn.init.normal_(w, std=std)
+        torch.nn.init.normal_(moe.w2, std=out_std)
+        if moe.shared is not None:
+            for w, s in ((moe.shared.w1, std), (moe.shared.w3, std), (moe.shared.w2, out_std)):
+                torch.nn.init.normal_(w.weight, std=s)
+
+
+@pytest.mark.parametrize("options", [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"},
+                                     {"mtp": True, "n_shared": 0}])
+def test_each_module_initialises_itself_as_before(options, monkeypatch):
+    """Bit for bit the weights of the by-name procedure, from the same seed."""
+    cfg = model_config("tiny", **options)
+    torch.manual_seed(3)
+    ours = GLMFlash(cfg)
+    monkeypatch.setattr(GLMFlash, "_init_weights", _init_by_attribute_names)
+    torch.manual_seed(3)
+    reference = GLMFlash(cfg)
+    for (name, a), (_, b) in zip(ours.state_dict().items(), reference.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    out_std = cfg.init_std / (2 * cfg.n_layers) ** 0.5  # writers small, readers large
+    assert float(ours.layers[0].attn.o_proj.weight.std()) == pytest.approx(out_std, rel=0.2)
+    assert float(ours.layers[0].moe.w1.std()) == pytest.approx(cfg.init_std, rel=0.2)
+
+
+def test_an_attention_without_its_own_init_is_refused(monkeypatch):
+    from glmflash.model import attention_linear
+
+    monkeypatch.delattr(attention_linear.LinearAttention, "init_weights")
+    with pytest.raises(AttributeError, match="init_weights"):
+        GLMFlash(model_config("tiny"))
