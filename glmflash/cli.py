@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from glmflash.errors import CLIError  # re-exported: commands raise it, main prints it
+
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "pipeline": ("glmflash.pipeline", "random weights -> pretrain -> RL -> vision -> report"),
@@ -25,10 +27,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("glmflash.bench.cli", "benchmarks against naive baselines, as ratios"),
     "pretrain": ("glmflash.train.pretrain", "pretrain from random weights on the synthetic corpus"),
 }
-
-
-class CLIError(Exception):
-    """A user-facing error: printed as 'glmflash: error: ...' with exit status 2."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

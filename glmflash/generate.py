@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from glmflash import tokenizer as tok
+from glmflash.errors import CLIError
 from glmflash.model.lm import GLMFlash
 
 NEWLINE = tok.BYTE_OFFSET + ord("\n")
@@ -170,7 +171,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
     from glmflash.device import resolve_device
     from glmflash.train.checkpoint import CheckpointError, load_model
 

@@ -11,6 +11,7 @@ import json
 from collections import Counter
 
 from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
+from glmflash.errors import CLIError
 
 COMPONENTS = ("embedding", "attention", "router", "routed_experts", "shared_experts",
               "streams", "norms", "mtp")
@@ -92,8 +93,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glmflash.cli import CLIError
-
     try:
         cfg = model_config(args.preset)
     except ConfigError as e:

@@ -29,6 +29,7 @@ from typing import Any
 
 from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
+from glmflash.errors import CLIError
 from glmflash.evaluate.coding import MAX_NEW_TOKENS
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
@@ -245,7 +246,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
     from glmflash.train.checkpoint import CheckpointError
     from glmflash.train.pretrain import TrainError
 

@@ -28,6 +28,7 @@ import sys
 from typing import Any
 
 from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
+from glmflash.errors import CLIError
 
 SECTIONS = ("model", "generate", "verify")
 
@@ -124,7 +125,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from glmflash.bench.generate import check_lengths
-    from glmflash.cli import CLIError
     from glmflash.device import resolve_device
 
     sections = {"all": SECTIONS}.get(args.which, (args.which,))

@@ -14,6 +14,7 @@ from typing import Any
 
 from glmflash import tokenizer as tok
 from glmflash.data.code_tasks import CodeTask
+from glmflash.errors import CLIError
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
@@ -176,7 +177,6 @@ def run(args) -> int:
     import json
     from pathlib import Path
 
-    from glmflash.cli import CLIError
     from glmflash.data.code_tasks import tasks
     from glmflash.device import resolve_device
     from glmflash.evaluate.rungs import evaluate_rungs, parse_rungs, rung_table

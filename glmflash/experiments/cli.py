@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from glmflash.errors import CLIError
+
 
 def parse_seeds(text: str) -> tuple[int, ...]:
     """'0,1,2' or '0-9' or a mix ('0-4,7') -> distinct seeds in the order given."""
@@ -63,7 +65,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
     from glmflash.experiments import registry
     from glmflash.experiments.report import ReportError, write_report
     from glmflash.experiments.runner import RunnerError, run_experiment

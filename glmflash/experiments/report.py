@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from glmflash.errors import CLIError
 from glmflash.evaluate import stats
 from glmflash.experiments.runner import DEFINITION, RUNS, read_run, write_json_atomic
 
@@ -320,8 +321,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
-
     folders = experiment_folders(Path(args.dir))
     if not folders:
         raise CLIError(f"no experiment found in {args.dir} (no {DEFINITION} in it or in its "

@@ -28,6 +28,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from glmflash import tokenizer as tok
+from glmflash.errors import CLIError
 from glmflash.generate import allowed_mask
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import TIED, atomic_dir, commit_dir, load_model
@@ -173,7 +174,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glmflash.cli import CLIError
     from glmflash.train.checkpoint import CheckpointError
 
     try:

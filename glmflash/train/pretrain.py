@@ -29,6 +29,7 @@ import torch
 
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast_dtype, resolve_device
+from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
@@ -408,7 +409,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
     from glmflash.config import ConfigError
 
     out = Path(args.out)

@@ -39,6 +39,7 @@ from glmflash import tokenizer as tok
 from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks, tasks
 from glmflash.device import resolve_device
+from glmflash.errors import CLIError
 from glmflash.evaluate.coding import MAX_NEW_TOKENS, completion_source, evaluate_tasks
 from glmflash.flags import add_config_flags, given, setting
 from glmflash.generate import generate
@@ -488,8 +489,6 @@ def config_from_args(args) -> RLConfig:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
-
     try:
         cfg = config_from_args(args)
         summary = train_rl(args.init, args.out, cfg, args.device, args.resume)

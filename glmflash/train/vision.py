@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from glmflash.config import PRESETS, ConfigError, PretrainConfig, model_config
 from glmflash.data import digits
 from glmflash.device import autocast_dtype, resolve_device
+from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given, setting
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
@@ -402,8 +403,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from glmflash.cli import CLIError
-
     if args.preset is not None and args.init is not None:
         raise CLIError("--preset applies only with --from-scratch (the checkpoint has its own)")
     try:

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from glmflash.cli import CLIError
+from glmflash.errors import CLIError
 from glmflash.verify.sandbox import MAX_TIMEOUT, VerifierPool
 from glmflash.verify.task import Task, parse_json, task_from_json
 
