@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "mps", "cuda")
@@ -32,3 +34,10 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     if device.type == "mps":
         return torch.float16
     return torch.bfloat16
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """torch.autocast to `dtype` on the device, or nothing when dtype is None (fp32)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)

@@ -212,7 +212,7 @@ def resumable(run_dir: Path) -> bool:
     """Whether a stage's training run resumes: only from a checkpoint. A run killed before its
     first one is removed and starts afresh (pretraining refuses to resume without a checkpoint,
     and its run.json may be half written)."""
-    from glmflash.train.pretrain import checkpoint_dirs
+    from glmflash.train.checkpoint import checkpoint_dirs
 
     if checkpoint_dirs(run_dir):
         return True
@@ -223,7 +223,7 @@ def resumable(run_dir: Path) -> bool:
 def select_by_dev_loss(run_dir: Path) -> Path:
     """The kept checkpoint with the lowest dev loss, the later one on a tie (it has trained
     longer for the same loss); the latest when none has a dev loss."""
-    from glmflash.train.pretrain import checkpoint_dirs
+    from glmflash.train.checkpoint import checkpoint_dirs
 
     best, best_loss = None, float("inf")
     for folder in checkpoint_dirs(run_dir):
@@ -247,7 +247,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from glmflash.train.checkpoint import CheckpointError
-    from glmflash.train.pretrain import TrainError
+    from glmflash.train.runlog import TrainError
 
     plan = PipelinePlan.quick(args.seed) if args.quick or args.preset == "tiny" else \
         PipelinePlan.full(args.seed)

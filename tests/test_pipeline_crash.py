@@ -24,8 +24,9 @@ from glmflash.config import PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
 from glmflash.pipeline import Pipeline, PipelinePlan, select_by_dev_loss
 from glmflash.train.checkpoint import save_model
-from glmflash.train.pretrain import pretrain, read_jsonl, trim_metrics
+from glmflash.train.pretrain import pretrain
 from glmflash.train.rl import train_rl
+from glmflash.train.runlog import read_jsonl, trim_metrics
 
 KILL_SEED = 1  # its draws fall in pretraining, RL and vision on the reference clock
 STAGES = ("pretrain", "before", "rl", "after", "vision")
@@ -193,7 +194,7 @@ def test_a_kill_while_pruning_checkpoints_leaves_none_half_deleted(tmp_path, mon
             (Path(path) / "config.json").unlink()
             raise Killed
 
-    monkeypatch.setattr("glmflash.train.pretrain.shutil.rmtree", dies_midway)
+    monkeypatch.setattr("glmflash.train.checkpoint.shutil.rmtree", dies_midway)
     cfg = PretrainConfig(preset="tiny", steps=2, batch_size=2, seq_len=32, eval_every=1,
                          ckpt_every=1, keep_checkpoints=1, eval_batches=1, eval_tasks=0)
     with pytest.raises(Killed):

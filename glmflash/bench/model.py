@@ -29,13 +29,13 @@ from glmflash.bench.baselines.attention import cumsum_linear_attention, gathered
 from glmflash.bench.baselines.naive_model import naive_form, naive_glmflash
 from glmflash.bench.peak import MEMORY_METHOD, best_times, matmul_peak, peak_memory
 from glmflash.config import ModelConfig, PretrainConfig
-from glmflash.device import autocast_dtype
+from glmflash.device import autocast, autocast_dtype
 from glmflash.info import parameter_counts
 from glmflash.model.attention_linear import elu_linear_attention_chunked
 from glmflash.model.attention_sparse import fixed_sparse_mask
 from glmflash.model.lm import GLMFlash
 from glmflash.model.moe import MoE
-from glmflash.train.pretrain import autocast, make_optimizer
+from glmflash.train.optim import make_optimizer
 
 Log = Callable[[str], None]
 

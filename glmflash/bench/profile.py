@@ -35,9 +35,10 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from glmflash.bench.peak import synchronize
 from glmflash.config import ModelConfig, PretrainConfig
+from glmflash.device import autocast
 from glmflash.model import streams
 from glmflash.model.lm import GLMFlash
-from glmflash.train.pretrain import autocast, make_optimizer
+from glmflash.train.optim import make_optimizer
 
 SCOPE = "glmflash::"  # prefix of the profiler ranges this module places
 BACKWARD = "autograd::engine::evaluate_function: "

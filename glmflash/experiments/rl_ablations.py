@@ -34,8 +34,9 @@ from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.experiments.registry import Experiment, register
 from glmflash.train import checkpoint as ckpt
-from glmflash.train.pretrain import checkpoint_dirs, read_jsonl
+from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.rl import RLConfig, train_rl
+from glmflash.train.runlog import read_jsonl
 
 EVAL_SEED = 0  # the dev tasks, the same for every condition and seed
 BASELINE: dict[str, Any] = {

@@ -28,8 +28,9 @@ from typing import Any
 from glmflash.evaluate.rungs import evaluate_rungs
 from glmflash.experiments.registry import Experiment, register
 from glmflash.train import checkpoint as ckpt
-from glmflash.train.pretrain import checkpoint_dirs, read_jsonl
+from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.rl import RLConfig, train_rl
+from glmflash.train.runlog import read_jsonl
 
 EVAL_SEED = 0  # the evaluation tasks, the same for every arm and seed
 RUNGS = ("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names")

@@ -49,10 +49,11 @@ from glmflash import tokenizer as tok
 from glmflash.config import PretrainConfig, model_config
 from glmflash.data import compositions as comp
 from glmflash.data.stream import PackedStream
-from glmflash.device import autocast_dtype
+from glmflash.device import autocast, autocast_dtype
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
-from glmflash.train.pretrain import autocast, lr_at, make_optimizer
+from glmflash.train.optim import make_optimizer
+from glmflash.train.schedule import lr_at
 
 SCHEDULES = ("repeated", "diverse", "curriculum", "blocked")
 SMALL_MODEL: dict[str, Any] = {  # overrides of the tiny preset; see the module docstring

@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
@@ -122,3 +124,61 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
                                   f"expected {tuple(expected[k].shape)})")
     model.load_state_dict(state, strict=False)
     return model.to(device), meta
+
+
+# -- the whole training state: weights, optimizer, RNG and step, for an exact resume -------
+
+STATE = "train_state.pt"
+
+
+def checkpoint_dirs(out: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (temporary folders start with '.')."""
+    root = out / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith("step_") and p.is_dir())
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def save_training_state(out: Path, step: int, model: GLMFlash,
+                        optimizer: torch.optim.Optimizer, keep: int,
+                        metrics: dict[str, Any]) -> Path:
+    """Atomically write checkpoint `step` (weights, optimizer, RNG, data position)."""
+    final = out / "checkpoints" / f"step_{step:06d}"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic_dir(final)
+    write_model_files(tmp, model, {"step": step, **metrics})
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()},
+               tmp / STATE)
+    commit_dir(tmp, final)
+    for old in checkpoint_dirs(out)[:-keep]:  # out of the list first: never half deleted
+        trash = old.with_name(f".{old.name}.old-{os.getpid()}")
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return final
+
+
+def load_training_state(folder: Path, model: GLMFlash,
+                        optimizer: torch.optim.Optimizer) -> int:
+    """Restore weights, optimizer and RNG from a checkpoint folder; returns its step."""
+    loaded, _ = load_model(folder)
+    model.load_state_dict(loaded.state_dict())
+    path = folder / STATE
+    try:
+        state = torch.load(path, weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        return int(state["step"])
+    except (OSError, RuntimeError, KeyError, ValueError, EOFError) as e:
+        raise CheckpointError(f"training state unreadable: {path} ({e})") from None

@@ -12,15 +12,11 @@ batch and gradients are averaged (see distributed.py); rank 0 writes checkpoints
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
 import random
-import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,104 +24,37 @@ import numpy as np
 import torch
 
 from glmflash.config import ModelConfig, PretrainConfig, model_config
-from glmflash.device import autocast_dtype, resolve_device
+from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train import checkpoint as ckpt
+from glmflash.train.checkpoint import (
+    checkpoint_dirs,
+    load_training_state,
+    save_training_state,
+)
 from glmflash.train.distributed import (
     DistInfo,
     all_reduce_gradients,
     all_reduce_mean,
     init_distributed,
 )
+from glmflash.train.optim import make_optimizer
 from glmflash.train.progress import Progress
+from glmflash.train.runlog import (
+    METRICS,
+    TrainError,
+    append_jsonl,
+    note_machine,
+    read_jsonl,
+    trim_metrics,
+)
+from glmflash.train.schedule import lr_at
 from glmflash.train.tensorboard import Scalars
 
-STATE = "train_state.pt"
 RUN = "run.json"
-METRICS = "metrics.jsonl"
-
-
-class TrainError(RuntimeError):
-    """A problem with the run's inputs or its output folder, for the user to fix."""
-
-
-def lr_at(step: int, cfg: PretrainConfig) -> float:
-    """Linear warmup to cfg.lr over cfg.warmup steps, then cosine decay to lr * min_lr_ratio."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
-
-
-def make_optimizer(model: GLMFlash, cfg: PretrainConfig) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices (ndim >= 2) only, never on norms, gains or biases."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": rest, "weight_decay": 0.0}]
-    if cfg.optimizer == "muon":
-        from glmflash.train.muon import MuonWithAdamW
-        return MuonWithAdamW(model, cfg)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False)
-
-
-# -- checkpoints of the whole training state -------------------------------------------------
-
-def checkpoint_dirs(out: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (temporary folders start with '.')."""
-    root = out / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.name.startswith("step_") and p.is_dir())
-
-
-def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": np.random.get_state()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-
-
-def save_training_state(out: Path, step: int, model: GLMFlash,
-                        optimizer: torch.optim.Optimizer, keep: int,
-                        metrics: dict[str, Any]) -> Path:
-    """Atomically write checkpoint `step` (weights, optimizer, RNG, data position)."""
-    final = out / "checkpoints" / f"step_{step:06d}"
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ckpt.atomic_dir(final)
-    ckpt.write_model_files(tmp, model, {"step": step, **metrics})
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()},
-               tmp / STATE)
-    ckpt.commit_dir(tmp, final)
-    for old in checkpoint_dirs(out)[:-keep]:  # out of the list first: never half deleted
-        trash = old.with_name(f".{old.name}.old-{os.getpid()}")
-        shutil.rmtree(trash, ignore_errors=True)
-        os.replace(old, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-    return final
-
-
-def load_training_state(folder: Path, model: GLMFlash,
-                        optimizer: torch.optim.Optimizer) -> int:
-    """Restore weights, optimizer and RNG from a checkpoint folder; returns its step."""
-    loaded, _ = ckpt.load_model(folder)
-    model.load_state_dict(loaded.state_dict())
-    path = folder / STATE
-    try:
-        state = torch.load(path, weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        return int(state["step"])
-    except (OSError, RuntimeError, KeyError, ValueError, EOFError) as e:
-        raise ckpt.CheckpointError(f"training state unreadable: {path} ({e})") from None
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -150,12 +79,6 @@ def eval_loss(model: GLMFlash, stream, cfg: PretrainConfig, amp: torch.dtype | N
             losses.append(float(model(x.to(device), y.to(device)).loss))
     model.train(was)
     return sum(losses) / len(losses)
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None):
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def sparse_layers(model: GLMFlash) -> list[Any]:
@@ -322,38 +245,7 @@ def precision_choices(optimizer: Any, amp: torch.dtype | None) -> dict[str, Any]
     return choices
 
 
-def note_machine(run_file: Path, start_step: int, machine: dict[str, Any]) -> None:
-    """Add the machine this (part of the) run trains on to run.json's `machines`, with the step
-    it starts from, so every timing in metrics.jsonl can be traced to its CPU."""
-    record = json.loads(run_file.read_text())
-    record.setdefault("machines", []).append({"start_step": start_step, **machine})
-    tmp = run_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(run_file)
-
-
 # -- logs and plots --------------------------------------------------------------------------
-
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                yield json.loads(line)
-
-
-def trim_metrics(path: Path, step: int) -> None:
-    """Drop metric rows past `step` (written after the checkpoint a resume starts from)."""
-    if path.is_file():
-        rows = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
-        tmp = path.with_suffix(".tmp")  # a kill mid-write must not lose the kept rows
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(path)
-
 
 def plot_losses(metrics: Path, png: Path) -> None:
     rows = list(read_jsonl(metrics))

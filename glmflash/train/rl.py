@@ -46,6 +46,7 @@ from glmflash.generate import generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train import checkpoint as ckpt
+from glmflash.train.checkpoint import checkpoint_dirs, load_training_state, save_training_state
 from glmflash.train.policy_gradient import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -53,18 +54,15 @@ from glmflash.train.policy_gradient import (
     k3_kl,
     policy_surrogate,
 )
-from glmflash.train.pretrain import (
+from glmflash.train.progress import Progress
+from glmflash.train.runlog import (
     METRICS,
     TrainError,
     append_jsonl,
-    checkpoint_dirs,
-    load_training_state,
     note_machine,
     read_jsonl,
-    save_training_state,
     trim_metrics,
 )
-from glmflash.train.progress import Progress
 from glmflash.train.tensorboard import Scalars
 
 SCOPES = ("last-block-head", "last-block", "all")

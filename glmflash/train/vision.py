@@ -42,15 +42,16 @@ from torch import Tensor, nn
 
 from glmflash.config import PRESETS, ConfigError, PretrainConfig, model_config
 from glmflash.data import digits
-from glmflash.device import autocast_dtype, resolve_device
+from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given, setting
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
 from glmflash.train import checkpoint as ckpt
-from glmflash.train.pretrain import append_jsonl, autocast, lr_at
 from glmflash.train.progress import Progress
+from glmflash.train.runlog import append_jsonl
+from glmflash.train.schedule import lr_at
 from glmflash.train.tensorboard import Scalars
 
 SCOPES = ("lm", "vision", "vision+last-block", "all")

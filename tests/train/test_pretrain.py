@@ -16,14 +16,11 @@ from safetensors.torch import load_file
 from glmflash.cli import main
 from glmflash.config import PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
+from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.distributed import DistInfo
-from glmflash.train.pretrain import (
-    TrainError,
-    checkpoint_dirs,
-    lr_at,
-    pretrain,
-    training_stream,
-)
+from glmflash.train.pretrain import pretrain, training_stream
+from glmflash.train.runlog import TrainError
+from glmflash.train.schedule import lr_at
 
 FAST = dict(preset="tiny", steps=4, batch_size=4, seq_len=32, warmup=1, eval_every=2,
             eval_batches=1, eval_tasks=0, ckpt_every=2, precision="fp32")

@@ -9,7 +9,8 @@ import pytest
 from glmflash.config import PretrainConfig
 from glmflash.experiments.registry import Experiment
 from glmflash.experiments.runner import TENSORBOARD, run_experiment
-from glmflash.train.pretrain import METRICS, pretrain, read_jsonl
+from glmflash.train.pretrain import pretrain
+from glmflash.train.runlog import METRICS, read_jsonl
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
