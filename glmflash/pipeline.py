@@ -6,7 +6,7 @@ their stage from their last checkpoint):
 
     pretrain   -> select the checkpoint with the lowest dev loss
     before     -> confirm split: greedy pass@1 per rung of the task ladder; greedy pass@1
-                  (trained families), sampled pass@8 (trained, all)
+                  (trained families), sampled pass@k (trained, all; k = pass_k)
     rl         -> RLOO on the trained families and the ladder's RL structures; the checkpoint
                   is selected by dev pass@1 on those
     after      -> the same confirm evaluation on the RL checkpoint
@@ -47,7 +47,8 @@ class PipelinePlan:
     rl: RLConfig
     vision: VisionConfig = VisionConfig()  # glmflash vision's defaults are the pipeline's
     confirm_per_family: int = 8
-    pass_k: int = 8
+    pass_k: int = 8  # samples per task of the confirm evaluation's pass@k
+    temperature: float = 0.8  # their sampling temperature (RL samples at its own)
     max_new_tokens: int = MAX_NEW_TOKENS  # confirm evaluation; RL keeps its own budget
     ladder_per_rung: int = 32  # confirm tasks per rung, greedy
 
@@ -142,15 +143,16 @@ class Pipeline:
         todo = tasks("confirm", FAMILIES, per_family=p.confirm_per_family, seed=p.pretrain.seed)
         trained = [t for t in todo if t.family in TRAINED]
         greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=p.max_new_tokens)
-        sampled = evaluate_tasks(model, todo, "sample", samples=p.pass_k, temperature=0.8,
+        sampled = evaluate_tasks(model, todo, "sample", samples=p.pass_k,
+                                 temperature=p.temperature,
                                  seed=p.pretrain.seed, max_new_tokens=p.max_new_tokens)
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
         return {"checkpoint": checkpoint,
                 "ladder": {r: v["greedy"] for r, v in rung_table(ladder).items()},
                 "greedy_pass1_trained": greedy.counts(),
-                "pass8_trained": sampled.counts(TRAINED), "pass8_all": sampled.counts(),
-                "per_family_pass8": {f: v for f, v in sampled.per_family.items()},
+                "passk_trained": sampled.counts(TRAINED), "passk_all": sampled.counts(),
+                "per_family_passk": {f: v for f, v in sampled.per_family.items()},
                 "per_family_samples": sampled.passing_samples(),
                 "examples": [r for r in greedy.records[:: max(1, p.confirm_per_family)]]}
 
@@ -178,8 +180,8 @@ class Pipeline:
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
         wall = {k: round(v["wall_seconds"], 1) for k, v in stages.items()}
         wall["total"] = round(sum(wall.values()), 1)
-        families = {f: {"before": before["per_family_pass8"].get(f),
-                        "after": after["per_family_pass8"].get(f)} for f in FAMILIES}
+        families = {f: {"before": before["per_family_passk"].get(f),
+                        "after": after["per_family_passk"].get(f)} for f in FAMILIES}
         samples = {f: {w: s["per_family_samples"].get(f) for w, s in (("before", before),
                                                                         ("after", after))}
                    for f in FAMILIES}
@@ -197,9 +199,11 @@ class Pipeline:
                              "selected": pre["selected"]},
                 "rl": {"greedy_pass1_trained": {"before": before["greedy_pass1_trained"],
                                                 "after": after["greedy_pass1_trained"]},
-                       "pass8_trained": {"before": before["pass8_trained"],
-                                         "after": after["pass8_trained"]},
-                       "pass8_all": {"before": before["pass8_all"], "after": after["pass8_all"]},
+                       "sampling": {"k": self.plan.pass_k,
+                                    "temperature": self.plan.temperature},
+                       "passk_trained": {"before": before["passk_trained"],
+                                         "after": after["passk_trained"]},
+                       "passk_all": {"before": before["passk_all"], "after": after["passk_all"]},
                        "per_family": families, "per_family_samples": samples,
                        "trainable_parameters": rl["summary"].get("trainable_parameters"),
                        "rollouts_per_s": rl["summary"].get("rollouts_per_s"),

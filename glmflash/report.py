@@ -8,11 +8,13 @@ from typing import Any
 
 from glmflash.evaluate.stats import proportion_interval
 
-REFERENCE = {"greedy_pass1_trained": ("0/24", "16/24"), "pass8_trained": ("9/24", "19/24"),
-             "pass8_all": ("25/64", "34/64")}
+# the reference lab's figures: its pass@k was pass@8 at temperature 0.8, on the 25m scale
+REFERENCE = {"greedy_pass1_trained": ("0/24", "16/24"), "passk_trained": ("9/24", "19/24"),
+             "passk_all": ("25/64", "34/64")}
+REFERENCE_SAMPLING = {"k": 8, "temperature": 0.8}
 LABELS = {"greedy_pass1_trained": "greedy pass@1, trained families (confirm)",
-          "pass8_trained": "sampled pass@8, trained families (confirm)",
-          "pass8_all": "sampled pass@8, all eight families (confirm)"}
+          "passk_trained": "sampled pass@{k}, trained families (confirm)",
+          "passk_all": "sampled pass@{k}, all eight families (confirm)"}
 
 
 def fmt(pair: list[float]) -> str:
@@ -50,9 +52,9 @@ def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: 
 
 
 def family_bars(results: dict[str, Any], png: Path) -> None:
-    """Per family, before and after RL: sampled pass@8 and the share of passing samples."""
+    """Per family, before and after RL: sampled pass@k and the share of passing samples."""
     rl = results["rl"]
-    panels = [("sampled pass@8 (confirm)", rl["per_family"])]
+    panels = [(f"sampled pass@{rl['sampling']['k']} (confirm)", rl["per_family"])]
     if "per_family_samples" in rl:
         panels.append(("passing samples (confirm)", rl["per_family_samples"]))
     before_after_bars(panels, png)
@@ -115,17 +117,20 @@ def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, 
              "", *ladder_section(results, out), "## Seed families", "",
              "| result | before RL | after RL | 95% interval after | reference lab |",
              "|---|---|---|---|---|"]
+    k, temperature = rl["sampling"]["k"], rl["sampling"]["temperature"]
+    comparable = results["preset"] == "25m" and rl["sampling"] == REFERENCE_SAMPLING
     for key, label in LABELS.items():
-        ref = " -> ".join(REFERENCE[key]) if results["preset"] == "25m" else "-"
-        lines.append(f"| {label} | {fmt(rl[key]['before'])} | {fmt(rl[key]['after'])} | "
-                     f"{ci(rl[key]['after'])} | {ref} |")
+        ref = " -> ".join(REFERENCE[key]) if comparable else "-"
+        lines.append(f"| {label.format(k=k)} | {fmt(rl[key]['before'])} | "
+                     f"{fmt(rl[key]['after'])} | {ci(rl[key]['after'])} | {ref} |")
     v = results["vision"]["heldout_correct"]
     lines += [f"| vision, held-out renderings | | {fmt(v)} | {ci(v)} | 40/100 (inside the 25M "
               "model) |", "",
-              "Intervals are Clopper-Pearson for k of n tasks. pass@8 counts a task solved when "
-              "any of 8 samples (temperature 0.8) passes every hidden case.", "",
-              "## Per family (confirm, 8 samples per task at temperature 0.8)", "",
-              "| family | pass@8 before | pass@8 after | passing samples before | after |",
+              f"Intervals are Clopper-Pearson for k of n tasks. pass@{k} counts a task solved "
+              f"when any of {k} samples (temperature {temperature:g}) passes every hidden case.",
+              "", f"## Per family (confirm, {k} samples per task at temperature {temperature:g})",
+              "", f"| family | pass@{k} before | pass@{k} after | passing samples before | "
+              "after |",
               "|---|---|---|---|---|"]
     samples = rl.get("per_family_samples", {})
     for fam, v in rl["per_family"].items():

@@ -14,9 +14,10 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     for key in ("pretrain", "before", "rl", "after", "vision", "total"):
         assert results["wall_seconds"][key] >= 0
     rl = results["rl"]
-    for key in ("greedy_pass1_trained", "pass8_trained", "pass8_all"):
+    for key in ("greedy_pass1_trained", "passk_trained", "passk_all"):
         assert set(rl[key]) == {"before", "after"} and rl[key]["before"][1] > 0
-    assert rl["pass8_all"]["before"][1] == 8  # one confirm task per family
+    assert rl["passk_all"]["before"][1] == 8  # one confirm task per family
+    assert rl["sampling"] == {"k": 2, "temperature": 0.8}  # the quick plan's
     for fam, v in rl["per_family_samples"].items():  # pass_k = 2 samples of each task
         assert v["before"][1] == v["after"][1] == 2, fam
         assert (v["after"][0] > 0) == (rl["per_family"][fam]["after"][0] > 0)
@@ -25,6 +26,7 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     assert results["machine"]["dtypes"]["newton_schulz"] in ("float32", "bfloat16")
     report = (out / "report.md").read_text()
     assert "greedy pass@1" in report and "## Example generations" in report
+    assert "sampled pass@2, all eight families" in report and "pass@8" not in report
     assert f"CPU capability {results['machine']['cpu_capability']}" in report
     assert (out / "families.png").stat().st_size > 0
     assert list(results["ladder"]) == list(RUNGS)
