@@ -67,10 +67,26 @@ class ModelConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
-        positive = ("vocab_size", "d_model", "n_heads", "n_layers", "context", "linear_chunk",
-                    "conv_size", "sparse_window", "sparse_stride", "indexer_heads",
-                    "indexer_dim", "indexer_topk", "index_pool", "n_experts", "expert_hidden",
-                    "top_k", "n_streams", "sinkhorn_iters")
+        positive = (
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "context",
+            "linear_chunk",
+            "conv_size",
+            "sparse_window",
+            "sparse_stride",
+            "indexer_heads",
+            "indexer_dim",
+            "indexer_topk",
+            "index_pool",
+            "n_experts",
+            "expert_hidden",
+            "top_k",
+            "n_streams",
+            "sinkhorn_iters",
+        )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -78,25 +94,27 @@ class ModelConfig:
         if self.n_shared < 0:
             raise ConfigError(f"n_shared must be >= 0, got {self.n_shared}")
         if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
+            raise ConfigError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model})")
         if self.head_dim % 2:
             raise ConfigError(f"d_model / n_heads must be even for RoPE, got {self.head_dim}")
         if self.indexer_dim % 2:
             raise ConfigError(f"indexer_dim must be even for RoPE, got {self.indexer_dim}")
         if self.top_k > self.n_experts:
-            raise ConfigError(
-                f"top_k ({self.top_k}) must not exceed n_experts ({self.n_experts})")
+            raise ConfigError(f"top_k ({self.top_k}) must not exceed n_experts ({self.n_experts})")
         if not self.layer_pattern or set(self.layer_pattern) - {"L", "S"}:
             raise ConfigError(
                 f"layer_pattern must be a non-empty string of 'L' and 'S', "
-                f"got {self.layer_pattern!r}")
-        choices = {"linear_kind": LINEAR_KINDS, "sparse_kind": SPARSE_KINDS,
-                   "balance": BALANCE_KINDS, "stream_mixer": STREAM_MIXERS}
+                f"got {self.layer_pattern!r}"
+            )
+        choices = {
+            "linear_kind": LINEAR_KINDS,
+            "sparse_kind": SPARSE_KINDS,
+            "balance": BALANCE_KINDS,
+            "stream_mixer": STREAM_MIXERS,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ConfigError(
-                    f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.vocab_size < VOCAB_SIZE:
             raise ConfigError(f"vocab_size must be at least {VOCAB_SIZE}, got {self.vocab_size}")
         if self.balance_coef < 0 or self.bias_rate < 0:
@@ -128,10 +146,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The SPEC's default: 25.7M parameters, 12 layers L,L,L,S, 8 experts top-2 + 1 shared.
     "25m": {},
     # Every component on, well under 1M parameters: what the tests use.
-    "tiny": dict(d_model=64, n_heads=4, n_layers=4, context=64, linear_chunk=16,
-                 sparse_window=8, sparse_stride=8, indexer_heads=2, indexer_dim=16,
-                 indexer_topk=16, n_experts=4, expert_hidden=64, top_k=2, n_shared=1,
-                 n_streams=4),
+    "tiny": dict(
+        d_model=64,
+        n_heads=4,
+        n_layers=4,
+        context=64,
+        linear_chunk=16,
+        sparse_window=8,
+        sparse_stride=8,
+        indexer_heads=2,
+        indexer_dim=16,
+        indexer_topk=16,
+        n_experts=4,
+        expert_hidden=64,
+        top_k=2,
+        n_shared=1,
+        n_streams=4,
+    ),
 }
 
 
@@ -162,24 +193,36 @@ class PretrainConfig:
     beta2: float = setting(0.95, "Adam's second-moment decay")
     grad_clip: float = setting(1.0, "gradient norm clip")
     seed: int = setting(0, "initial weights and the data stream")
-    corpus: str = setting("tasks", "the synthetic corpus (mix: tasks, compositions and "
-                          "stdlib by document)", CORPORA)
-    precision: str = setting("fp32", "fp32, or bf16 autocast (slower on CPUs without native "
-                             "bf16)", ("fp32", "bf16"))
-    optimizer: str = setting("adamw", "adamw, or muon (Muon for 2-D hidden matrices, AdamW "
-                             "for the rest)", ("adamw", "muon"))
+    corpus: str = setting(
+        "tasks", "the synthetic corpus (mix: tasks, compositions and stdlib by document)", CORPORA
+    )
+    precision: str = setting(
+        "fp32", "fp32, or bf16 autocast (slower on CPUs without native bf16)", ("fp32", "bf16")
+    )
+    optimizer: str = setting(
+        "adamw",
+        "adamw, or muon (Muon for 2-D hidden matrices, AdamW for the rest)",
+        ("adamw", "muon"),
+    )
     eval_every: int = setting(100, "steps between dev-loss evaluations")
     eval_batches: int = setting(4, "dev batches per evaluation")
-    eval_tasks: int = setting(4, "dev tasks per family for greedy pass@1 during training "
-                              "(0: off)")
+    eval_tasks: int = setting(4, "dev tasks per family for greedy pass@1 during training (0: off)")
     ckpt_every: int = setting(100, "steps between checkpoints")
     keep_checkpoints: int = setting(2, "checkpoints kept (the latest ones)")
-    indexer_warmup: int = setting(0, "dense warm-up steps training only the lightning "
-                                  "indexer (sparse_kind indexer)")
+    indexer_warmup: int = setting(
+        0, "dense warm-up steps training only the lightning indexer (sparse_kind indexer)"
+    )
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seq_len", "eval_every", "ckpt_every",
-                     "keep_checkpoints", "eval_batches"):
+        for name in (
+            "steps",
+            "batch_size",
+            "seq_len",
+            "eval_every",
+            "ckpt_every",
+            "keep_checkpoints",
+            "eval_batches",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -191,8 +234,9 @@ class PretrainConfig:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
         if self.corpus not in CORPORA:
-            raise ConfigError(f"corpus must be tasks, compositions, stdlib or mix, "
-                              f"got {self.corpus!r}")
+            raise ConfigError(
+                f"corpus must be tasks, compositions, stdlib or mix, got {self.corpus!r}"
+            )
         if self.precision not in ("bf16", "fp32"):
             raise ConfigError(f"precision must be bf16 or fp32, got {self.precision!r}")
         if self.optimizer not in ("adamw", "muon"):

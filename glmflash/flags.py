@@ -39,8 +39,9 @@ def config_fields(cls: type) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))
 
 
-def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type,
-                     skip: Sequence[str] = ()) -> None:
+def add_config_flags(
+    parser: argparse.ArgumentParser | Any, cls: type, skip: Sequence[str] = ()
+) -> None:
     """One flag per field of dataclass `cls` (except `skip`), all defaulting to None."""
     hints = typing.get_type_hints(cls)
     for f in config_fields(cls):
@@ -62,8 +63,11 @@ def add_config_flags(parser: argparse.ArgumentParser | Any, cls: type,
 
 def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     """The fields of `cls` the user set on the command line."""
-    return {f.name: getattr(args, f.name) for f in config_fields(cls)
-            if getattr(args, f.name, None) is not None}
+    return {
+        f.name: getattr(args, f.name)
+        for f in config_fields(cls)
+        if getattr(args, f.name, None) is not None
+    }
 
 
 def _shown(value: Any) -> str:

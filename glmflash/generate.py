@@ -55,13 +55,14 @@ class StopRule:
 def allowed_mask(vocab_size: int, device: torch.device) -> Tensor:
     """Generation emits byte tokens and EOS only (never pad, bos, sep or vision tokens)."""
     mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
-    mask[tok.BYTE_OFFSET: tok.TEXT_VOCAB_SIZE] = True
+    mask[tok.BYTE_OFFSET : tok.TEXT_VOCAB_SIZE] = True
     mask[tok.EOS] = True
     return mask
 
 
-def sample_next(logits: Tensor, temperature: float, top_p: float,
-                generator: torch.Generator | None) -> Tensor:
+def sample_next(
+    logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> Tensor:
     """Next tokens [B] from logits [B, V]: argmax when temperature == 0, else a draw from
     softmax(logits / temperature) restricted to the smallest set of mass >= top_p."""
     if temperature <= 0:
@@ -76,9 +77,15 @@ def sample_next(logits: Tensor, temperature: float, top_p: float,
 
 
 @torch.no_grad()
-def _generate_group(model: GLMFlash, prompt: Tensor, max_new: int, temperature: float,
-                    top_p: float, generator: torch.Generator | None, use_cache: bool
-                    ) -> list[tuple[list[int], str]]:
+def _generate_group(
+    model: GLMFlash,
+    prompt: Tensor,
+    max_new: int,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    use_cache: bool,
+) -> list[tuple[list[int], str]]:
     """Decode a batch of equal-length prompts [B, L]; returns (ids, stop) per row."""
     B = prompt.shape[0]
     mask = allowed_mask(model.cfg.vocab_size, prompt.device)
@@ -92,8 +99,9 @@ def _generate_group(model: GLMFlash, prompt: Tensor, max_new: int, temperature: 
     else:
         logits = model(prompt).logits
     for _ in range(max_new):
-        nxt = sample_next(logits[:, -1].masked_fill(~mask, float("-inf")), temperature, top_p,
-                          generator)
+        nxt = sample_next(
+            logits[:, -1].masked_fill(~mask, float("-inf")), temperature, top_p, generator
+        )
         keep = []
         for j, (row, t) in enumerate(zip(alive.tolist(), nxt.tolist(), strict=True)):
             reason = stop_rule(row, t)
@@ -117,9 +125,16 @@ def _generate_group(model: GLMFlash, prompt: Tensor, max_new: int, temperature: 
     return [(ids, stop) for ids, stop in zip(out, stops, strict=True)]
 
 
-def generate(model: GLMFlash, prompts: Sequence[str | list[int]], max_new_tokens: int = 64,
-             temperature: float = 0.0, top_p: float = 1.0, seed: int | None = 0,
-             use_cache: bool = True, batch_size: int = 64) -> list[Completion]:
+def generate(
+    model: GLMFlash,
+    prompts: Sequence[str | list[int]],
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = 0,
+    use_cache: bool = True,
+    batch_size: int = 64,
+) -> list[Completion]:
     """Complete each prompt (text, or ids without BOS: BOS is prepended). Prompts are grouped
     by length and decoded in batches; the result is in the order of `prompts`.
     Sampling is reproducible from `seed` for the same prompts and batch size."""
@@ -136,6 +151,7 @@ def generate(model: GLMFlash, prompts: Sequence[str | list[int]], max_new_tokens
     model.eval()
     results: list[Completion | None] = [None] * len(ids)
     from glmflash.train.progress import Progress
+
     progress = Progress(len(ids), enabled=len(ids) >= 256, unit="seq", desc="generate")
     done = 0
     try:
@@ -143,10 +159,11 @@ def generate(model: GLMFlash, prompts: Sequence[str | list[int]], max_new_tokens
             budget = min(max_new_tokens, model.cfg.context - length)
             members = groups[length]
             for start in range(0, len(members), batch_size):
-                rows = members[start: start + batch_size]
+                rows = members[start : start + batch_size]
                 batch = torch.tensor([ids[i] for i in rows], device=device)
-                decoded = _generate_group(model, batch, max(budget, 0), temperature, top_p,
-                                          generator, use_cache)
+                decoded = _generate_group(
+                    model, batch, max(budget, 0), temperature, top_p, generator, use_cache
+                )
                 for i, (new, stop) in zip(rows, decoded, strict=True):
                     results[i] = Completion(ids[i][1:], new, tok.decode(new), stop)
                 done += len(rows)
@@ -158,6 +175,7 @@ def generate(model: GLMFlash, prompts: Sequence[str | list[int]], max_new_tokens
 
 
 # -- command line: glmflash generate ---------------------------------------------------------
+
 
 def add_arguments(p) -> None:
     p.add_argument("--checkpoint", required=True)
@@ -179,8 +197,14 @@ def run(args) -> int:
     except (CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     prompts = [p.encode().decode("unicode_escape") for p in args.prompt]  # allow "\n" escapes
-    outs = generate(model, [p for p in prompts for _ in range(args.samples)],
-                    args.max_new_tokens, args.temperature, args.top_p, args.seed)
+    outs = generate(
+        model,
+        [p for p in prompts for _ in range(args.samples)],
+        args.max_new_tokens,
+        args.temperature,
+        args.top_p,
+        args.seed,
+    )
     for i, c in enumerate(outs):
         print(f"--- prompt {i // args.samples} sample {i % args.samples} (stop: {c.stop})")
         print(prompts[i // args.samples] + c.text)

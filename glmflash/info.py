@@ -13,8 +13,16 @@ from collections import Counter
 from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
 from glmflash.errors import CLIError
 
-COMPONENTS = ("embedding", "attention", "router", "routed_experts", "shared_experts",
-              "streams", "norms", "mtp")
+COMPONENTS = (
+    "embedding",
+    "attention",
+    "router",
+    "routed_experts",
+    "shared_experts",
+    "streams",
+    "norms",
+    "mtp",
+)
 
 
 def component_of(name: str) -> str:
@@ -57,23 +65,32 @@ def _attention(cfg: ModelConfig, kind: str) -> int:
 def _block(cfg: ModelConfig, kind: str) -> Counter[str]:
     """Parameters of one Block by component, from the config alone (no torch)."""
     C, S, E, H = cfg.d_model, cfg.n_streams, cfg.n_experts, cfg.expert_hidden
-    mixer = ((2 * S + S * S) * S * C + 3 + 2 * S + S * S if cfg.stream_mixer == "mhc"
-             else 2 * S + S * S)  # mhc: projection, alphas, biases; static: pre, mix, post
-    return Counter({"attention": _attention(cfg, kind), "norms": 2 * C, "router": E * C,
-                    "routed_experts": 3 * E * C * H, "shared_experts": 3 * cfg.n_shared * H * C,
-                    "streams": 2 * mixer})
+    mixer = (
+        (2 * S + S * S) * S * C + 3 + 2 * S + S * S if cfg.stream_mixer == "mhc" else 2 * S + S * S
+    )  # mhc: projection, alphas, biases; static: pre, mix, post
+    return Counter(
+        {
+            "attention": _attention(cfg, kind),
+            "norms": 2 * C,
+            "router": E * C,
+            "routed_experts": 3 * E * C * H,
+            "shared_experts": 3 * cfg.n_shared * H * C,
+            "streams": 2 * mixer,
+        }
+    )
 
 
 def parameter_counts(cfg: ModelConfig) -> dict[str, dict[str, int]]:
     """{'total': {component: n}, 'active': {component: n}} plus the sums under 'all'. Computed
     from the config's shapes, so `glmflash info` needs no torch; a test checks them against
     the model's own parameters for every option."""
-    total: Counter[str] = Counter({"embedding": cfg.vocab_size * cfg.d_model,
-                                   "norms": cfg.d_model})  # tied head; final norm
+    total: Counter[str] = Counter(
+        {"embedding": cfg.vocab_size * cfg.d_model, "norms": cfg.d_model}
+    )  # tied head; final norm
     for kind in cfg.layer_kinds:
         total.update(_block(cfg, kind))
     if cfg.mtp:  # two norms, the projection and one linear block, all counted as mtp
-        total["mtp"] = 2 * cfg.d_model + 2 * cfg.d_model ** 2 + sum(_block(cfg, "L").values())
+        total["mtp"] = 2 * cfg.d_model + 2 * cfg.d_model**2 + sum(_block(cfg, "L").values())
     return tables(total, cfg)
 
 
@@ -99,13 +116,25 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
     counts = parameter_counts(cfg)
     if args.json:
-        print(json.dumps({"preset": args.preset, "layer_kinds": cfg.layer_kinds,
-                          "parameters": counts, "config": cfg.to_dict()}))
+        print(
+            json.dumps(
+                {
+                    "preset": args.preset,
+                    "layer_kinds": cfg.layer_kinds,
+                    "parameters": counts,
+                    "config": cfg.to_dict(),
+                }
+            )
+        )
         return 0
-    print(f"glmflash preset {args.preset}: {counts['total']['all'] / 1e6:.2f}M parameters, "
-          f"{counts['active']['all'] / 1e6:.2f}M active per token")
-    print(f"layers: {cfg.layer_kinds} (L = {cfg.linear_kind} linear attention, "
-          f"S = {cfg.sparse_kind} sparse attention)")
+    print(
+        f"glmflash preset {args.preset}: {counts['total']['all'] / 1e6:.2f}M parameters, "
+        f"{counts['active']['all'] / 1e6:.2f}M active per token"
+    )
+    print(
+        f"layers: {cfg.layer_kinds} (L = {cfg.linear_kind} linear attention, "
+        f"S = {cfg.sparse_kind} sparse attention)"
+    )
     print(f"{'component':<16}{'total':>12}{'active':>12}")
     for c in (*COMPONENTS, "all"):
         if counts["total"][c] or c == "all":

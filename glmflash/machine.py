@@ -23,8 +23,11 @@ import torch
 
 BF16_MARGIN = 1.25  # bf16 only when its matmul is at least this much faster than fp32's
 CALIBRATION_SIZE = 256  # side of the square matmul timed in each dtype (tens of ms in all)
-EMULATE_AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                "MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # an AVX2-only CPU, on an AVX-512 one
+EMULATE_AVX2 = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}  # an AVX2-only CPU, on an AVX-512 one
 
 
 def cpu_info() -> tuple[str, set[str]]:
@@ -40,8 +43,9 @@ def cpu_info() -> tuple[str, set[str]]:
     return info.get("model name", platform.machine()), set(info.get("flags", "").split())
 
 
-def _matmul_seconds(device: torch.device, dtypes: tuple[torch.dtype, ...], n: int,
-                    repeats: int) -> list[float]:
+def _matmul_seconds(
+    device: torch.device, dtypes: tuple[torch.dtype, ...], n: int, repeats: int
+) -> list[float]:
     """Best time of an n x n x n matmul in each dtype. The dtypes take turns, so a burst of
     load from other processes slows both alike; on the CPU one thread runs them, so a
     descheduled helper thread cannot stall a call. The first round (warm-up) is not timed."""
@@ -97,9 +101,11 @@ def bf16_warning(device: torch.device | str) -> str | None:
     speedup = bf16_speedup(device)
     if faster_dtype(speedup) == torch.bfloat16:
         return None
-    return (f"warning: --precision bf16 on {torch.device(device)} without fast bf16: a bf16 "
-            f"matmul measured {1 / speedup:.1f}x the time of fp32 here "
-            f"(CPU capability {torch.backends.cpu.get_cpu_capability()}); fp32 will be faster")
+    return (
+        f"warning: --precision bf16 on {torch.device(device)} without fast bf16: a bf16 "
+        f"matmul measured {1 / speedup:.1f}x the time of fp32 here "
+        f"(CPU capability {torch.backends.cpu.get_cpu_capability()}); fp32 will be faster"
+    )
 
 
 def machine_record(device: torch.device | str = "cpu", **choices: Any) -> dict[str, Any]:
@@ -108,10 +114,15 @@ def machine_record(device: torch.device | str = "cpu", **choices: Any) -> dict[s
     device = torch.device(device)
     cpu, flags = cpu_info()
     speedup = bf16_speedup(device)
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_bf16_flags": sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile"}),
-            "isa_limits": {k: os.environ[k] for k in EMULATE_AVX2 if k in os.environ},
-            "torch": torch.__version__, "device": str(device),
-            "bf16_matmul_speedup": round(speedup, 3),
-            "dtypes": {k: str(v).removeprefix("torch.") for k, v in choices.items()}}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16_flags": sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile"}),
+        "isa_limits": {k: os.environ[k] for k in EMULATE_AVX2 if k in os.environ},
+        "torch": torch.__version__,
+        "device": str(device),
+        "bf16_matmul_speedup": round(speedup, 3),
+        "dtypes": {k: str(v).removeprefix("torch.") for k, v in choices.items()},
+    }

@@ -54,27 +54,62 @@ class PipelinePlan:
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
-        return cls("25m", PretrainConfig(preset="25m", steps=160, batch_size=32, seq_len=128,
-                                         lr=2e-3, warmup=10, eval_every=40, ckpt_every=40,
-                                         keep_checkpoints=3, eval_tasks=0, seed=seed,
-                                         optimizer="muon"),
-                   RLConfig(seed=seed))  # glmflash rl's defaults are the pipeline's RL stage
+        return cls(
+            "25m",
+            PretrainConfig(
+                preset="25m",
+                steps=160,
+                batch_size=32,
+                seq_len=128,
+                lr=2e-3,
+                warmup=10,
+                eval_every=40,
+                ckpt_every=40,
+                keep_checkpoints=3,
+                eval_tasks=0,
+                seed=seed,
+                optimizer="muon",
+            ),
+            RLConfig(seed=seed),
+        )  # glmflash rl's defaults are the pipeline's RL stage
 
     @classmethod
     def quick(cls, seed: int) -> PipelinePlan:
-        return cls("tiny", PretrainConfig(preset="tiny", steps=6, batch_size=4, seq_len=64,
-                                          warmup=2, eval_every=3, ckpt_every=3, eval_batches=1,
-                                          keep_checkpoints=2, eval_tasks=0, seed=seed,
-                                          optimizer="muon"),
-                   RLConfig(groups=2, group_size=4, tasks_per_step=2, seed=seed, eval_every=2,
-                            dev_per_family=1, max_new_tokens=12),
-                   VisionConfig(steps=3, align_steps=3, eval_size=20),
-                   confirm_per_family=1, pass_k=2, max_new_tokens=12, ladder_per_rung=2)
+        return cls(
+            "tiny",
+            PretrainConfig(
+                preset="tiny",
+                steps=6,
+                batch_size=4,
+                seq_len=64,
+                warmup=2,
+                eval_every=3,
+                ckpt_every=3,
+                eval_batches=1,
+                keep_checkpoints=2,
+                eval_tasks=0,
+                seed=seed,
+                optimizer="muon",
+            ),
+            RLConfig(
+                groups=2,
+                group_size=4,
+                tasks_per_step=2,
+                seed=seed,
+                eval_every=2,
+                dev_per_family=1,
+                max_new_tokens=12,
+            ),
+            VisionConfig(steps=3, align_steps=3, eval_size=20),
+            confirm_per_family=1,
+            pass_k=2,
+            max_new_tokens=12,
+            ladder_per_rung=2,
+        )
 
 
 class Pipeline:
-    def __init__(self, out: str | Path, plan: PipelinePlan, device: str = "auto",
-                 log=None) -> None:
+    def __init__(self, out: str | Path, plan: PipelinePlan, device: str = "auto", log=None) -> None:
         self.out, self.plan, self.device = Path(out), plan, device
         self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
 
@@ -124,6 +159,7 @@ class Pipeline:
         results = self.results(pre, before, rl, after, vision)
         (self.out / "results.json").write_text(json.dumps(results, indent=2))
         from glmflash.report import write_pipeline_report
+
         write_pipeline_report(self.out, results, before, after)
         return results
 
@@ -137,24 +173,39 @@ class Pipeline:
 
         p = self.plan
         model, _ = load_model(checkpoint, resolve_device(self.device))
-        ladder = evaluate_rungs(model, RUNGS, "confirm", p.ladder_per_rung, p.pretrain.seed,
-                                max_new_tokens=p.max_new_tokens)
+        ladder = evaluate_rungs(
+            model,
+            RUNGS,
+            "confirm",
+            p.ladder_per_rung,
+            p.pretrain.seed,
+            max_new_tokens=p.max_new_tokens,
+        )
         (folder / "ladder.json").write_text(json.dumps(ladder["greedy"].to_json(), indent=2))
         todo = tasks("confirm", FAMILIES, per_family=p.confirm_per_family, seed=p.pretrain.seed)
         trained = [t for t in todo if t.family in TRAINED]
         greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=p.max_new_tokens)
-        sampled = evaluate_tasks(model, todo, "sample", samples=p.pass_k,
-                                 temperature=p.temperature,
-                                 seed=p.pretrain.seed, max_new_tokens=p.max_new_tokens)
+        sampled = evaluate_tasks(
+            model,
+            todo,
+            "sample",
+            samples=p.pass_k,
+            temperature=p.temperature,
+            seed=p.pretrain.seed,
+            max_new_tokens=p.max_new_tokens,
+        )
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
-        return {"checkpoint": checkpoint,
-                "ladder": {r: v["greedy"] for r, v in rung_table(ladder).items()},
-                "greedy_pass1_trained": greedy.counts(),
-                "passk_trained": sampled.counts(TRAINED), "passk_all": sampled.counts(),
-                "per_family_passk": {f: v for f, v in sampled.per_family.items()},
-                "per_family_samples": sampled.passing_samples(),
-                "examples": [r for r in greedy.records[:: max(1, p.confirm_per_family)]]}
+        return {
+            "checkpoint": checkpoint,
+            "ladder": {r: v["greedy"] for r, v in rung_table(ladder).items()},
+            "greedy_pass1_trained": greedy.counts(),
+            "passk_trained": sampled.counts(TRAINED),
+            "passk_all": sampled.counts(),
+            "per_family_passk": {f: v for f, v in sampled.per_family.items()},
+            "per_family_samples": sampled.passing_samples(),
+            "examples": [r for r in greedy.records[:: max(1, p.confirm_per_family)]],
+        }
 
     def vision(self, base: str, folder: Path) -> dict[str, Any]:
         from glmflash.train.vision import train_vision
@@ -180,36 +231,63 @@ class Pipeline:
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
         wall = {k: round(v["wall_seconds"], 1) for k, v in stages.items()}
         wall["total"] = round(sum(wall.values()), 1)
-        families = {f: {"before": before["per_family_passk"].get(f),
-                        "after": after["per_family_passk"].get(f)} for f in FAMILIES}
-        samples = {f: {w: s["per_family_samples"].get(f) for w, s in (("before", before),
-                                                                        ("after", after))}
-                   for f in FAMILIES}
-        usage = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-        ladder = {r: {"before": before["ladder"][r], "after": after["ladder"].get(r)}
-                  for r in before["ladder"]}
-        return {"preset": self.plan.preset, "seed": self.plan.pretrain.seed,
-                "machine": self.machine(), "wall_seconds": wall, "ladder": ladder,
-                "peak_memory_bytes": usage * 1024,
-                "pretrain": {"steps": pre["summary"].get("steps"),
-                             "dev_loss": pre["summary"].get("dev_loss"),
-                             "loss": pre["summary"].get("loss"),
-                             "tokens_per_s": pre["summary"].get("tokens_per_s"),
-                             "selected": pre["selected"]},
-                "rl": {"greedy_pass1_trained": {"before": before["greedy_pass1_trained"],
-                                                "after": after["greedy_pass1_trained"]},
-                       "sampling": {"k": self.plan.pass_k,
-                                    "temperature": self.plan.temperature},
-                       "passk_trained": {"before": before["passk_trained"],
-                                         "after": after["passk_trained"]},
-                       "passk_all": {"before": before["passk_all"], "after": after["passk_all"]},
-                       "per_family": families, "per_family_samples": samples,
-                       "trainable_parameters": rl["summary"].get("trainable_parameters"),
-                       "rollouts_per_s": rl["summary"].get("rollouts_per_s"),
-                       "best_dev": rl["summary"].get("best_dev")},
-                "vision": {"heldout_correct": vision["heldout_correct"],
-                           "train_correct": vision["train_correct"]}}
+        families = {
+            f: {
+                "before": before["per_family_passk"].get(f),
+                "after": after["per_family_passk"].get(f),
+            }
+            for f in FAMILIES
+        }
+        samples = {
+            f: {
+                w: s["per_family_samples"].get(f) for w, s in (("before", before), ("after", after))
+            }
+            for f in FAMILIES
+        }
+        usage = max(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        )
+        ladder = {
+            r: {"before": before["ladder"][r], "after": after["ladder"].get(r)}
+            for r in before["ladder"]
+        }
+        return {
+            "preset": self.plan.preset,
+            "seed": self.plan.pretrain.seed,
+            "machine": self.machine(),
+            "wall_seconds": wall,
+            "ladder": ladder,
+            "peak_memory_bytes": usage * 1024,
+            "pretrain": {
+                "steps": pre["summary"].get("steps"),
+                "dev_loss": pre["summary"].get("dev_loss"),
+                "loss": pre["summary"].get("loss"),
+                "tokens_per_s": pre["summary"].get("tokens_per_s"),
+                "selected": pre["selected"],
+            },
+            "rl": {
+                "greedy_pass1_trained": {
+                    "before": before["greedy_pass1_trained"],
+                    "after": after["greedy_pass1_trained"],
+                },
+                "sampling": {"k": self.plan.pass_k, "temperature": self.plan.temperature},
+                "passk_trained": {
+                    "before": before["passk_trained"],
+                    "after": after["passk_trained"],
+                },
+                "passk_all": {"before": before["passk_all"], "after": after["passk_all"]},
+                "per_family": families,
+                "per_family_samples": samples,
+                "trainable_parameters": rl["summary"].get("trainable_parameters"),
+                "rollouts_per_s": rl["summary"].get("rollouts_per_s"),
+                "best_dev": rl["summary"].get("best_dev"),
+            },
+            "vision": {
+                "heldout_correct": vision["heldout_correct"],
+                "train_correct": vision["train_correct"],
+            },
+        }
 
 
 def resumable(run_dir: Path) -> bool:
@@ -240,27 +318,41 @@ def select_by_dev_loss(run_dir: Path) -> Path:
 
 # -- command line ----------------------------------------------------------------------------
 
+
 def add_arguments(p) -> None:
     p.add_argument("--preset", default="25m", choices=("25m", "tiny"))
     p.add_argument("--out", default="runs/pipeline")
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="the same stages on the tiny preset, "
-                   "with minimal budgets (about a minute)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="the same stages on the tiny preset, with minimal budgets (about a minute)",
+    )
 
 
 def run(args) -> int:
     from glmflash.train.checkpoint import CheckpointError
     from glmflash.train.runlog import TrainError
 
-    plan = PipelinePlan.quick(args.seed) if args.quick or args.preset == "tiny" else \
-        PipelinePlan.full(args.seed)
+    plan = (
+        PipelinePlan.quick(args.seed)
+        if args.quick or args.preset == "tiny"
+        else PipelinePlan.full(args.seed)
+    )
     try:
         results = Pipeline(args.out, plan, args.device).run()
     except (TrainError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
-    print(json.dumps({"out": args.out, "wall_seconds": results["wall_seconds"],
-                      "rl": {k: v for k, v in results["rl"].items() if k != "per_family"},
-                      "vision": results["vision"]}))
+    print(
+        json.dumps(
+            {
+                "out": args.out,
+                "wall_seconds": results["wall_seconds"],
+                "rl": {k: v for k, v in results["rl"].items() if k != "per_family"},
+                "vision": results["vision"],
+            }
+        )
+    )
     print(f"report: {Path(args.out) / 'report.md'}", file=sys.stderr)
     return 0

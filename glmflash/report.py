@@ -9,12 +9,17 @@ from typing import Any
 from glmflash.evaluate.stats import proportion_interval
 
 # the reference lab's figures: its pass@k was pass@8 at temperature 0.8, on the 25m scale
-REFERENCE = {"greedy_pass1_trained": ("0/24", "16/24"), "passk_trained": ("9/24", "19/24"),
-             "passk_all": ("25/64", "34/64")}
+REFERENCE = {
+    "greedy_pass1_trained": ("0/24", "16/24"),
+    "passk_trained": ("9/24", "19/24"),
+    "passk_all": ("25/64", "34/64"),
+}
 REFERENCE_SAMPLING = {"k": 8, "temperature": 0.8}
-LABELS = {"greedy_pass1_trained": "greedy pass@1, trained families (confirm)",
-          "passk_trained": "sampled pass@{k}, trained families (confirm)",
-          "passk_all": "sampled pass@{k}, all eight families (confirm)"}
+LABELS = {
+    "greedy_pass1_trained": "greedy pass@1, trained families (confirm)",
+    "passk_trained": "sampled pass@{k}, trained families (confirm)",
+    "passk_all": "sampled pass@{k}, all eight families (confirm)",
+}
 
 
 def fmt(pair: list[float]) -> str:
@@ -32,6 +37,7 @@ def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: 
     """One bar chart per panel (y label, name -> {"before": [k, n], "after": [k, n]}): the
     pass rate of each name before and after RL, side by side."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -70,9 +76,11 @@ def machine_line(m: dict[str, Any] | None) -> str:
         return "Machine: not recorded."
     dtypes = ", ".join(f"{k} {v}" for k, v in m["dtypes"].items()) or "-"
     limits = f", limited by {m['isa_limits']}" if m.get("isa_limits") else ""
-    return (f"Machine: {m['cpu']}, {m['cores']} cores ({m['threads']} torch threads), CPU "
-            f"capability {m['cpu_capability']}{limits}, torch {m['torch']}; a bf16 matmul ran "
-            f"{m['bf16_matmul_speedup']:.2g}x as fast as fp32, so the dtypes were: {dtypes}.")
+    return (
+        f"Machine: {m['cpu']}, {m['cores']} cores ({m['threads']} torch threads), CPU "
+        f"capability {m['cpu_capability']}{limits}, torch {m['torch']}; a bf16 matmul ran "
+        f"{m['bf16_matmul_speedup']:.2g}x as fast as fp32, so the dtypes were: {dtypes}."
+    )
 
 
 RUNG_NOTES = {
@@ -94,65 +102,109 @@ def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
     if not ladder:
         return []
     before_after_bars([("greedy pass@1 (confirm)", ladder)], out / "ladder.png")
-    lines = ["## The task ladder (confirm split, greedy pass@1)", "",
-             "| rung | what it asks | before RL | after RL | change | 95% interval after |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "## The task ladder (confirm split, greedy pass@1)",
+        "",
+        "| rung | what it asks | before RL | after RL | change | 95% interval after |",
+        "|---|---|---|---|---|---|",
+    ]
     for rung, v in ladder.items():
         change = f"{100 * (rate(v['after']) - rate(v['before'])):+.0f} pts" if v["after"] else "-"
-        lines.append(f"| {rung} | {RUNG_NOTES.get(rung, '')} | {fmt(v['before'])} | "
-                     f"{fmt(v['after']) if v['after'] else '-'} | {change} | "
-                     f"{ci(v['after']) if v['after'] else '-'} |")
+        lines.append(
+            f"| {rung} | {RUNG_NOTES.get(rung, '')} | {fmt(v['before'])} | "
+            f"{fmt(v['after']) if v['after'] else '-'} | {change} | "
+            f"{ci(v['after']) if v['after'] else '-'} |"
+        )
     return lines + ["", "![ladder](ladder.png)", ""]
 
 
-def write_pipeline_report(out: Path, results: dict[str, Any], before: dict[str, Any],
-                          after: dict[str, Any]) -> Path:
-    for src, name in ((out / "pretrain" / "run" / "loss.png", "loss.png"),
-                      (out / "rl" / "run" / "rl.png", "reward.png")):
+def write_pipeline_report(
+    out: Path, results: dict[str, Any], before: dict[str, Any], after: dict[str, Any]
+) -> Path:
+    for src, name in (
+        (out / "pretrain" / "run" / "loss.png", "loss.png"),
+        (out / "rl" / "run" / "rl.png", "reward.png"),
+    ):
         if src.is_file():
             shutil.copy(src, out / name)
     family_bars(results, out / "families.png")
     rl, wall = results["rl"], results["wall_seconds"]
-    lines = [f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
-             "", *ladder_section(results, out), "## Seed families", "",
-             "| result | before RL | after RL | 95% interval after | reference lab |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
+        "",
+        *ladder_section(results, out),
+        "## Seed families",
+        "",
+        "| result | before RL | after RL | 95% interval after | reference lab |",
+        "|---|---|---|---|---|",
+    ]
     k, temperature = rl["sampling"]["k"], rl["sampling"]["temperature"]
     comparable = results["preset"] == "25m" and rl["sampling"] == REFERENCE_SAMPLING
     for key, label in LABELS.items():
         ref = " -> ".join(REFERENCE[key]) if comparable else "-"
-        lines.append(f"| {label.format(k=k)} | {fmt(rl[key]['before'])} | "
-                     f"{fmt(rl[key]['after'])} | {ci(rl[key]['after'])} | {ref} |")
+        lines.append(
+            f"| {label.format(k=k)} | {fmt(rl[key]['before'])} | "
+            f"{fmt(rl[key]['after'])} | {ci(rl[key]['after'])} | {ref} |"
+        )
     v = results["vision"]["heldout_correct"]
-    lines += [f"| vision, held-out renderings | | {fmt(v)} | {ci(v)} | 40/100 (inside the 25M "
-              "model) |", "",
-              f"Intervals are Clopper-Pearson for k of n tasks. pass@{k} counts a task solved "
-              f"when any of {k} samples (temperature {temperature:g}) passes every hidden case.",
-              "", f"## Per family (confirm, {k} samples per task at temperature {temperature:g})",
-              "", f"| family | pass@{k} before | pass@{k} after | passing samples before | "
-              "after |",
-              "|---|---|---|---|---|"]
+    lines += [
+        f"| vision, held-out renderings | | {fmt(v)} | {ci(v)} | 40/100 (inside the 25M model) |",
+        "",
+        f"Intervals are Clopper-Pearson for k of n tasks. pass@{k} counts a task solved "
+        f"when any of {k} samples (temperature {temperature:g}) passes every hidden case.",
+        "",
+        f"## Per family (confirm, {k} samples per task at temperature {temperature:g})",
+        "",
+        f"| family | pass@{k} before | pass@{k} after | passing samples before | after |",
+        "|---|---|---|---|---|",
+    ]
     samples = rl.get("per_family_samples", {})
     for fam, v in rl["per_family"].items():
         s = samples.get(fam, {})
-        lines.append(f"| {fam} | {fmt(v['before'])} | {fmt(v['after'])} | "
-                     f"{fmt(s['before']) if s.get('before') else '-'} | "
-                     f"{fmt(s['after']) if s.get('after') else '-'} |")
-    lines += ["", "![per family](families.png)", "", "## Time and memory", "",
-              "| stage | seconds |", "|---|---|"]
+        lines.append(
+            f"| {fam} | {fmt(v['before'])} | {fmt(v['after'])} | "
+            f"{fmt(s['before']) if s.get('before') else '-'} | "
+            f"{fmt(s['after']) if s.get('after') else '-'} |"
+        )
+    lines += [
+        "",
+        "![per family](families.png)",
+        "",
+        "## Time and memory",
+        "",
+        "| stage | seconds |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {s:.0f} |" for k, s in wall.items()]
-    lines += ["", machine_line(results.get("machine")), "",
-              f"Peak memory: {results['peak_memory_bytes'] / 2**30:.2f} GiB. "
-              f"RL trained {rl['trainable_parameters']:,} parameters at "
-              f"{rl['rollouts_per_s']:.1f} rollouts/s.", "",
-              "## Curves", "", "![loss](loss.png)", "", "![reward](reward.png)", "",
-              "## Example generations (greedy, confirm split)", ""]
+    lines += [
+        "",
+        machine_line(results.get("machine")),
+        "",
+        f"Peak memory: {results['peak_memory_bytes'] / 2**30:.2f} GiB. "
+        f"RL trained {rl['trainable_parameters']:,} parameters at "
+        f"{rl['rollouts_per_s']:.1f} rollouts/s.",
+        "",
+        "## Curves",
+        "",
+        "![loss](loss.png)",
+        "",
+        "![reward](reward.png)",
+        "",
+        "## Example generations (greedy, confirm split)",
+        "",
+    ]
     after_by_name = {r["name"]: r for r in after["examples"]}
     for r in before["examples"]:
         a = after_by_name.get(r["name"])
-        lines += [f"**{r['name']}**: before `{r['status']}`, after "
-                  f"`{a['status'] if a else '?'}`", "", "```python", r["prompt"] + r["completion"]
-                  + "# --- after RL:", a["completion"] if a else "", "```", ""]
+        lines += [
+            f"**{r['name']}**: before `{r['status']}`, after `{a['status'] if a else '?'}`",
+            "",
+            "```python",
+            r["prompt"] + r["completion"] + "# --- after RL:",
+            a["completion"] if a else "",
+            "```",
+            "",
+        ]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

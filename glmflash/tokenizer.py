@@ -38,8 +38,15 @@ def decode(ids: Iterable[int]) -> str:
 
 def token_name(i: int) -> str:
     """Readable name of one id, for debugging displays."""
-    names = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>", SEP: "<sep>", IMAGE_START: "<img>",
-             IMAGE: "<image>", IMAGE_END: "</img>"}
+    names = {
+        PAD: "<pad>",
+        BOS: "<bos>",
+        EOS: "<eos>",
+        SEP: "<sep>",
+        IMAGE_START: "<img>",
+        IMAGE: "<image>",
+        IMAGE_END: "</img>",
+    }
     if i in names:
         return names[i]
     if BYTE_OFFSET <= i < TEXT_VOCAB_SIZE:

@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python results/muon_ns.py   (one optimizer step's worth of iterations each)
 """
+
 import time
 
 import torch
@@ -14,8 +15,10 @@ torch.manual_seed(0)
 hidden = MuonWithAdamW(GLMFlash(model_config("25m")), PretrainConfig()).muon.param_groups[0]
 grads = [torch.randn_like(p) for p in hidden["params"]]
 experts = sum(g.shape[0] for g in grads if g.ndim == 3)
-print(f"{len(grads)} Muon parameters ({experts} stacked expert matrices), "
-      f"torch threads {torch.get_num_threads()}")
+print(
+    f"{len(grads)} Muon parameters ({experts} stacked expert matrices), "
+    f"torch threads {torch.get_num_threads()}"
+)
 for dtype in (torch.float32, torch.bfloat16):
     times = []
     for _ in range(3):

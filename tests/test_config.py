@@ -12,14 +12,17 @@ def test_presets():
     assert model_config("tiny").layer_kinds == "LLLS"
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(n_heads=5), "n_heads"),
-    (dict(top_k=9), "top_k"),
-    (dict(linear_kind="rnn"), "linear_kind"),
-    (dict(layer_pattern="LLX"), "layer_pattern"),
-    (dict(d_model=0), "d_model"),
-    (dict(stream_mixer="x"), "stream_mixer"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(n_heads=5), "n_heads"),
+        (dict(top_k=9), "top_k"),
+        (dict(linear_kind="rnn"), "linear_kind"),
+        (dict(layer_pattern="LLX"), "layer_pattern"),
+        (dict(d_model=0), "d_model"),
+        (dict(stream_mixer="x"), "stream_mixer"),
+    ],
+)
 def test_invalid_fields_are_named(overrides, field):
     with pytest.raises(ConfigError, match=field):
         model_config("tiny", **overrides)

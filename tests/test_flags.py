@@ -10,11 +10,15 @@ from glmflash.config import PretrainConfig
 from glmflash.flags import add_config_flags, flag_name, given, setting
 from glmflash.train import pretrain, rl, vision
 
-COMMANDS = [(pretrain, PretrainConfig, lambda args: PretrainConfig(**given(PretrainConfig,
-                                                                             args))),
-            (rl, rl.RLConfig, rl.config_from_args),
-            (vision, vision.VisionConfig,
-             lambda args: vision.VisionConfig(**given(vision.VisionConfig, args)))]
+COMMANDS = [
+    (pretrain, PretrainConfig, lambda args: PretrainConfig(**given(PretrainConfig, args))),
+    (rl, rl.RLConfig, rl.config_from_args),
+    (
+        vision,
+        vision.VisionConfig,
+        lambda args: vision.VisionConfig(**given(vision.VisionConfig, args)),
+    ),
+]
 IDS = ["pretrain", "rl", "vision"]
 
 
@@ -60,9 +64,13 @@ def test_flags_are_the_config_fields(module, cls, build):
 @pytest.mark.parametrize("module, cls, build", COMMANDS, ids=IDS)
 def test_every_field_set_on_the_command_line_reaches_the_config(module, cls, build):
     import typing
+
     hints = typing.get_type_hints(cls)
-    required = {"pretrain": ["--out", "x"], "rl": ["--init", "c", "--out", "x"],
-                "vision": ["--from-scratch", "--out", "x"]}[module.__name__.rsplit(".", 1)[-1]]
+    required = {
+        "pretrain": ["--out", "x"],
+        "rl": ["--init", "c", "--out", "x"],
+        "vision": ["--from-scratch", "--out", "x"],
+    }[module.__name__.rsplit(".", 1)[-1]]
     for f in dataclasses.fields(cls):
         value, argv = other_value(f, hints[f.name])
         if f.name == "warmup":  # keep the schedule valid
@@ -92,6 +100,8 @@ def test_tuples_and_booleans():
     p = argparse.ArgumentParser()
     add_config_flags(p, Conf)
     assert given(Conf, p.parse_args([])) == {}
-    assert given(Conf, p.parse_args(["--names", "x, y,", "--on"])) == {"names": ("x", "y"),
-                                                                      "on": True}
+    assert given(Conf, p.parse_args(["--names", "x, y,", "--on"])) == {
+        "names": ("x", "y"),
+        "on": True,
+    }
     assert given(Conf, p.parse_args(["--no-on"])) == {"on": False}

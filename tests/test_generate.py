@@ -20,8 +20,12 @@ def model_for(**overrides) -> GLMFlash:
     return model
 
 
-PROMPTS = ["# Return x plus one.\ndef increment_abc(x):\n", "def f(x):\n",
-           "# Return x.\ndef g(x):\n", "abc"]
+PROMPTS = [
+    "# Return x plus one.\ndef increment_abc(x):\n",
+    "def f(x):\n",
+    "# Return x.\ndef g(x):\n",
+    "abc",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -48,12 +52,15 @@ def ids(text: str) -> list[int]:
     return tok.encode(text)
 
 
-@pytest.mark.parametrize("stream, kept, stop", [
-    ("    return x + 1\n\nprint(1)", "    return x + 1\n\n", "complete"),
-    ("    y = x\n    return y\ndef h", "    y = x\n    return y\n", "complete"),
-    ("return x", "", "complete"),  # no indentation at all: an empty body
-    ("    return x\n  \n\tz\n", "    return x\n  \n\tz\n", None),
-])
+@pytest.mark.parametrize(
+    "stream, kept, stop",
+    [
+        ("    return x + 1\n\nprint(1)", "    return x + 1\n\n", "complete"),
+        ("    y = x\n    return y\ndef h", "    y = x\n    return y\n", "complete"),
+        ("return x", "", "complete"),  # no indentation at all: an empty body
+        ("    return x\n  \n\tz\n", "    return x\n  \n\tz\n", None),
+    ],
+)
 def test_stop_rule_on_crafted_streams(stream, kept, stop):
     rule = StopRule(1, line_start=True)
     out, reason = [], None
@@ -97,8 +104,9 @@ class ScriptedLM(torch.nn.Module):
     def logits(self, seqs: torch.Tensor) -> torch.Tensor:
         out = torch.full((*seqs.shape, self.cfg.vocab_size), float("-inf"))
         for b, row in enumerate(seqs.tolist()):
-            [(prompt, script)] = [(p, s) for p, s in self.scripts.items()
-                                  if tuple(row[:len(p)]) == p]
+            [(prompt, script)] = [
+                (p, s) for p, s in self.scripts.items() if tuple(row[: len(p)]) == p
+            ]
             j = len(row) - len(prompt)
             out[b, -1, script[j] if j < len(script) else tok.EOS] = 0.0
         return out
@@ -132,10 +140,14 @@ def test_generation_loop_on_scripted_streams(use_cache, temperature):
         "def m(x):": ids("\n  return 2\n# done"),  # the prompt ends mid-line
     }
     model = ScriptedLM(scripts)
-    out = generate(model, list(scripts), max_new_tokens=24, temperature=temperature,
-                   use_cache=use_cache)
+    out = generate(
+        model, list(scripts), max_new_tokens=24, temperature=temperature, use_cache=use_cache
+    )
     assert [(c.text, c.stop) for c in out] == [
-        ("    return x\n", "complete"), ("    y = x\n    return y", "eos"),
-        (tok.decode(scripts["def h(x):\n"][:24]), "length"), ("", "complete"),
-        ("\n  return 2\n", "complete")]
+        ("    return x\n", "complete"),
+        ("    y = x\n    return y", "eos"),
+        (tok.decode(scripts["def h(x):\n"][:24]), "length"),
+        ("", "complete"),
+        ("\n  return 2\n", "complete"),
+    ]
     assert all(c.ids == tok.encode(c.text) and tok.EOS not in c.ids for c in out)

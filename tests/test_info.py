@@ -12,8 +12,11 @@ from glmflash.config import model_config
 from glmflash.info import component_of, parameter_counts, tables
 from glmflash.model.lm import GLMFlash
 
-OPTIONS = list(itertools.product(("elu", "delta"), ("fixed", "indexer"), ("mhc", "static"),
-                                 (False, True), (0, 2)))
+OPTIONS = list(
+    itertools.product(
+        ("elu", "delta"), ("fixed", "indexer"), ("mhc", "static"), (False, True), (0, 2)
+    )
+)
 
 
 def counted_from_the_model(cfg) -> dict:
@@ -28,14 +31,24 @@ def counted_from_the_model(cfg) -> dict:
 @pytest.mark.parametrize("preset", ["tiny", "25m"])
 @pytest.mark.parametrize("linear, sparse, mixer, mtp, shared", OPTIONS)
 def test_counts_equal_the_models_parameters(preset, linear, sparse, mixer, mtp, shared):
-    cfg = model_config(preset, linear_kind=linear, sparse_kind=sparse, stream_mixer=mixer,
-                       mtp=mtp, n_shared=shared, layer_pattern="LLS")
+    cfg = model_config(
+        preset,
+        linear_kind=linear,
+        sparse_kind=sparse,
+        stream_mixer=mixer,
+        mtp=mtp,
+        n_shared=shared,
+        layer_pattern="LLS",
+    )
     assert parameter_counts(cfg) == counted_from_the_model(cfg)
 
 
 def test_info_starts_without_torch():
-    code = ("import sys; from glmflash.cli import main; main(['info', '--preset', '25m']); "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True).stdout.splitlines()
+    code = (
+        "import sys; from glmflash.cli import main; main(['info', '--preset', '25m']); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
     assert out[0].startswith("glmflash preset 25m: 26.17M parameters") and out[-1] == "False"

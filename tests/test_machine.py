@@ -35,20 +35,29 @@ def test_muon_and_warning_follow_the_measured_speed(monkeypatch, speedup, expect
         assert "50.0x" in warning and "bf16" in warning and "\n" not in warning
     else:
         assert warning is None
-    assert machine.machine_record("cpu", newton_schulz=opt.ns_dtype)["dtypes"] == \
-        {"newton_schulz": str(expected).removeprefix("torch.")}
+    assert machine.machine_record("cpu", newton_schulz=opt.ns_dtype)["dtypes"] == {
+        "newton_schulz": str(expected).removeprefix("torch.")
+    }
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 ISA limits")
 def test_emulated_avx2_cpu_chooses_fp32():
     """Under the environment of an AVX2-only CPU, torch reports AVX2 and the calibration
     keeps Newton-Schulz in fp32 (on an AVX2 machine this is simply the machine itself)."""
-    code = ("import json, torch; from glmflash import machine; "
-            "print(json.dumps([torch.backends.cpu.get_cpu_capability(), "
-            "str(machine.fast_matmul_dtype('cpu')), machine.machine_record('cpu')]))")
+    code = (
+        "import json, torch; from glmflash import machine; "
+        "print(json.dumps([torch.backends.cpu.get_cpu_capability(), "
+        "str(machine.fast_matmul_dtype('cpu')), machine.machine_record('cpu')]))"
+    )
     env = {**os.environ, **machine.EMULATE_AVX2}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     capability, dtype, record = json.loads(out)
     assert capability == "AVX2" and dtype == "torch.float32"
     assert record["cpu_capability"] == "AVX2" and record["bf16_matmul_speedup"] < 1

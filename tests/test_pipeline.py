@@ -55,7 +55,8 @@ def test_checkpoint_selection_takes_the_lowest_dev_loss_and_the_later_on_a_tie(t
         checkpoint(step, loss)
     assert select_by_dev_loss(tmp_path).name == "step_000040"
     (tmp_path / "checkpoints" / "step_000040" / "config.json").write_text(
-        json.dumps({"meta": {"dev_loss": 0.4}}))
+        json.dumps({"meta": {"dev_loss": 0.4}})
+    )
     assert select_by_dev_loss(tmp_path).name == "step_000040"
     for step in (10, 20, 40, 50):
         checkpoint(step + 100, None)

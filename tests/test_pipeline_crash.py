@@ -31,19 +31,39 @@ from glmflash.train.runlog import read_jsonl, trim_metrics
 KILL_SEED = 1  # its draws fall in pretraining, RL and vision on the reference clock
 STAGES = ("pretrain", "before", "rl", "after", "vision")
 # what may differ: timings, the machine (one record per resume), where a process started
-VOLATILE = {"machine", "machines", "peak_memory_bytes", "tokens_per_s", "rollouts_per_s",
-            "start_step"}
+VOLATILE = {
+    "machine",
+    "machines",
+    "peak_memory_bytes",
+    "tokens_per_s",
+    "rollouts_per_s",
+    "start_step",
+}
 
 
-def launch(out: Path, kill: tuple[str, float] | None = None
-           ) -> tuple[int, list[tuple[float, str]]]:
+def launch(out: Path, kill: tuple[str, float] | None = None) -> tuple[int, list[tuple[float, str]]]:
     """Run `glmflash pipeline --quick` into `out`; with kill = (anchor, s), SIGKILL its whole
     process group s seconds after the anchor: a stage's name (when it starts running) or a path
     under `out` (when it appears). Returns the exit status and the timed stderr lines."""
-    cmd = [sys.executable, "-m", "glmflash", "pipeline", "--quick", "--out", str(out),
-           "--device", "cpu"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "glmflash",
+        "pipeline",
+        "--quick",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )
     lines: list[tuple[float, str]] = []
 
     def read() -> None:
@@ -54,8 +74,15 @@ def launch(out: Path, kill: tuple[str, float] | None = None
     reader.start()
     anchored = None
     while proc.poll() is None:  # not reaped yet, so the group id is still ours
-        if kill and anchored is None and (f"pipeline: {kill[0]} ..." in (x for _, x in lines)
-                                          or "/" in kill[0] and (out / kill[0]).exists()):
+        if (
+            kill
+            and anchored is None
+            and (
+                f"pipeline: {kill[0]} ..." in (x for _, x in lines)
+                or "/" in kill[0]
+                and (out / kill[0]).exists()
+            )
+        ):
             anchored = time.perf_counter()
         if anchored is not None and time.perf_counter() - anchored >= kill[1]:
             os.killpg(proc.pid, signal.SIGKILL)  # the verifier's workers die with it
@@ -73,8 +100,9 @@ def anchors(out: Path, lines: list[tuple[float, str]]) -> dict[str, float]:
     """When each stage started, pretraining's checkpoints appeared and the run ended (epoch s)."""
     times = {x.split()[1]: t for t, x in lines if x.startswith("pipeline: ") and x.endswith("...")}
     for step in (3, 6):
-        times[f"pretrain/run/checkpoints/step_{step:06d}"] = \
+        times[f"pretrain/run/checkpoints/step_{step:06d}"] = (
             (out / f"pretrain/run/checkpoints/step_{step:06d}").stat().st_mtime
+        )
     return {**times, "end": lines[-1][0]}
 
 
@@ -93,8 +121,9 @@ def where(out: Path, lines: list[tuple[float, str]]) -> str:
 def strip(value: Any) -> Any:
     """`value` without its volatile fields."""
     if isinstance(value, dict):
-        return {k: strip(v) for k, v in value.items()
-                if k not in VOLATILE and not k.endswith("seconds")}
+        return {
+            k: strip(v) for k, v in value.items() if k not in VOLATILE and not k.endswith("seconds")
+        }
     if isinstance(value, list):
         return [strip(v) for v in value]
     return value
@@ -102,8 +131,12 @@ def strip(value: Any) -> Any:
 
 def files(out: Path, suffixes: tuple[str, ...]) -> list[str]:
     """Files of a pipeline folder, temporary (dot-named) folders aside."""
-    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.suffix in suffixes
-                  and not any(part.startswith(".") for part in p.relative_to(out).parts))
+    return sorted(
+        str(p.relative_to(out))
+        for p in out.rglob("*")
+        if p.suffix in suffixes
+        and not any(part.startswith(".") for part in p.relative_to(out).parts)
+    )
 
 
 def records(out: Path, name: str) -> list[Any]:
@@ -123,8 +156,11 @@ def test_pipeline_killed_at_random_moments_ends_as_an_uninterrupted_run(tmp_path
     assert rc == 0, "\n".join(x for _, x in lines)
     at = anchors(ref, lines)
     last_ckpt = "pretrain/run/checkpoints/step_000006"
-    windows = [(at[FIRST_CKPT], (at[FIRST_CKPT] + at[last_ckpt]) / 2),
-               (at[last_ckpt], at["after"]), (at["after"], at["end"])]
+    windows = [
+        (at[FIRST_CKPT], (at[FIRST_CKPT] + at[last_ckpt]) / 2),
+        (at[last_ckpt], at["after"]),
+        (at["after"], at["end"]),
+    ]
     rng = random.Random(KILL_SEED)
     hits, killed = [], 0
     for lo, hi in windows:
@@ -138,8 +174,10 @@ def test_pipeline_killed_at_random_moments_ends_as_an_uninterrupted_run(tmp_path
         rc, lines = launch(crashed, (anchor, t - at[anchor]))
         assert rc in (0, -signal.SIGKILL), "\n".join(x for _, x in lines)
         killed += rc == -signal.SIGKILL
-        hits.append(f"{t - at[anchor]:.2f} s after {anchor}: "
-                    + (where(crashed, lines) if rc else "finished first"))
+        hits.append(
+            f"{t - at[anchor]:.2f} s after {anchor}: "
+            + (where(crashed, lines) if rc else "finished first")
+        )
     print("\n".join(hits))
     assert killed >= 2, hits
     rc, lines = launch(crashed)
@@ -152,9 +190,12 @@ def test_pipeline_killed_at_random_moments_ends_as_an_uninterrupted_run(tmp_path
             continue  # the settings, and one machine record per resume
         assert records(crashed, name) == records(ref, name), (name, hits)
     weights = files(ref, (".safetensors",))
-    assert {"pretrain/run/checkpoints/step_000006/model.safetensors",
-            "rl/run/best/model.safetensors", "vision/run/checkpoint/vision.safetensors",
-            "vision/run/checkpoint/model.safetensors"} <= set(weights)
+    assert {
+        "pretrain/run/checkpoints/step_000006/model.safetensors",
+        "rl/run/best/model.safetensors",
+        "vision/run/checkpoint/vision.safetensors",
+        "vision/run/checkpoint/model.safetensors",
+    } <= set(weights)
     assert files(crashed, (".safetensors",)) == weights, hits
     for name in weights:
         a, b = load_file(ref / name), load_file(crashed / name)
@@ -195,8 +236,17 @@ def test_a_kill_while_pruning_checkpoints_leaves_none_half_deleted(tmp_path, mon
             raise Killed
 
     monkeypatch.setattr("glmflash.train.checkpoint.shutil.rmtree", dies_midway)
-    cfg = PretrainConfig(preset="tiny", steps=2, batch_size=2, seq_len=32, eval_every=1,
-                         ckpt_every=1, keep_checkpoints=1, eval_batches=1, eval_tasks=0)
+    cfg = PretrainConfig(
+        preset="tiny",
+        steps=2,
+        batch_size=2,
+        seq_len=32,
+        eval_every=1,
+        ckpt_every=1,
+        keep_checkpoints=1,
+        eval_batches=1,
+        eval_tasks=0,
+    )
     with pytest.raises(Killed):
         pretrain(cfg, tmp_path, "cpu", log=lambda _: None)
     assert select_by_dev_loss(tmp_path).name == "step_000002"
@@ -220,12 +270,21 @@ def test_a_kill_while_trimming_metrics_loses_no_row(tmp_path, monkeypatch):
 
 
 def test_a_run_resumed_after_its_last_checkpoint_reports_as_the_uninterrupted_one(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """Killed after the last checkpoint, before the stage was marked done: the rerun trains no
     step, yet reports the same losses (pretraining) and the same best and last dev scores (RL;
     the last score below the best)."""
-    cfg = PretrainConfig(preset="tiny", steps=2, batch_size=2, seq_len=32, eval_every=2,
-                         ckpt_every=2, eval_batches=1, eval_tasks=0)
+    cfg = PretrainConfig(
+        preset="tiny",
+        steps=2,
+        batch_size=2,
+        seq_len=32,
+        eval_every=2,
+        ckpt_every=2,
+        eval_batches=1,
+        eval_tasks=0,
+    )
     whole = pretrain(cfg, tmp_path / "pre", "cpu", log=lambda _: None)
     again = pretrain(cfg, tmp_path / "pre", "cpu", resume=True, log=lambda _: None)
     assert whole["dev_loss"] is not None and again["start_step"] == 2
@@ -234,8 +293,9 @@ def test_a_run_resumed_after_its_last_checkpoint_reports_as_the_uninterrupted_on
     torch.manual_seed(0)
     init = save_model(tmp_path / "init", GLMFlash(model_config("tiny")))
     scores = iter([1.0, 0.5])
-    monkeypatch.setattr("glmflash.train.rl.evaluate_tasks",
-                        lambda *a, **k: SimpleNamespace(pass_rate=next(scores)))
+    monkeypatch.setattr(
+        "glmflash.train.rl.evaluate_tasks", lambda *a, **k: SimpleNamespace(pass_rate=next(scores))
+    )
     rl = PipelinePlan.quick(0).rl
     kw = dict(device="cpu", log=lambda _: None, progress=False)
     whole = train_rl(init, tmp_path / "rl", rl, **kw)

@@ -4,8 +4,14 @@ from glmflash import tokenizer as tok
 
 
 def random_text(rng: random.Random, n: int) -> str:
-    pools = [(0x20, 0x7E), (0x00, 0x1F), (0xA0, 0x24F), (0x4E00, 0x4FFF), (0x1F300, 0x1F64F),
-             (0xD800, 0xDFFF)]  # the last: lone surrogates
+    pools = [
+        (0x20, 0x7E),
+        (0x00, 0x1F),
+        (0xA0, 0x24F),
+        (0x4E00, 0x4FFF),
+        (0x1F300, 0x1F64F),
+        (0xD800, 0xDFFF),
+    ]  # the last: lone surrogates
     out = []
     for _ in range(n):
         lo, hi = rng.choice(pools)

@@ -45,7 +45,8 @@ def context_list(text: str) -> list[int]:
         return [positive_int(c) for c in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected positive integers separated by commas, got {text!r}") from None
+            f"expected positive integers separated by commas, got {text!r}"
+        ) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,31 +54,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--preset", default="25m", help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="torch CPU threads (default: torch's own choice)")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch CPU threads (default: torch's own choice)",
+    )
     p.add_argument("--repeats", type=positive_int, default=3, help="best of this many timed runs")
-    p.add_argument("--naive-repeats", type=positive_int, default=1,
-                   help="timed runs of the slow baselines (naive train step, full recompute)")
+    p.add_argument(
+        "--naive-repeats",
+        type=positive_int,
+        default=1,
+        help="timed runs of the slow baselines (naive train step, full recompute)",
+    )
     m = p.add_argument_group("model")
     m.add_argument("--batch-size", type=positive_int, default=32)
     m.add_argument("--seq-len", type=positive_int, default=128)
-    m.add_argument("--square-size", type=positive_int, default=1024,
-                   help="side of the square matmul in the peak measurement")
+    m.add_argument(
+        "--square-size",
+        type=positive_int,
+        default=1024,
+        help="side of the square matmul in the peak measurement",
+    )
     m.add_argument("--no-bf16", action="store_true", help="skip the bf16 autocast step")
     g = p.add_argument_group("generate")
     g.add_argument("--gen-batch-size", type=positive_int, default=16)
-    g.add_argument("--prompt-len", type=positive_int, default=60,
-                   help="prompt tokens, BOS included")
+    g.add_argument(
+        "--prompt-len", type=positive_int, default=60, help="prompt tokens, BOS included"
+    )
     g.add_argument("--new-tokens", type=positive_int, default=48)
-    g.add_argument("--decode-contexts", type=context_list, default="64,192",
-                   help="comma-separated context lengths for the cached step time")
+    g.add_argument(
+        "--decode-contexts",
+        type=context_list,
+        default="64,192",
+        help="comma-separated context lengths for the cached step time",
+    )
     f = p.add_argument_group("profile")
     f.add_argument("--steps", type=positive_int, default=3, help="profiled train steps")
-    f.add_argument("--optimizer", choices=("adamw", "muon"), default=None,
-                   help="default: the pipeline's")
+    f.add_argument(
+        "--optimizer", choices=("adamw", "muon"), default=None, help="default: the pipeline's"
+    )
     v = p.add_argument_group("verify")
-    v.add_argument("--programs", type=positive_int, default=600,
-                   help="programs in the verifier mix")
+    v.add_argument(
+        "--programs", type=positive_int, default=600, help="programs in the verifier mix"
+    )
 
 
 def log(message: str) -> None:
@@ -96,16 +116,37 @@ def environment(device: Any) -> dict[str, Any]:
     return {**machine_record(device), "load_average": load_average()}
 
 
-def run_section(which: str, args: argparse.Namespace, cfg: ModelConfig,
-                device: Any) -> dict[str, Any]:
+def run_section(
+    which: str, args: argparse.Namespace, cfg: ModelConfig, device: Any
+) -> dict[str, Any]:
     if which == "model":
         from glmflash.bench.model import bench_model
-        return bench_model(cfg, args.batch_size, args.seq_len, args.repeats, args.naive_repeats,
-                           args.square_size, not args.no_bf16, device, log)
+
+        return bench_model(
+            cfg,
+            args.batch_size,
+            args.seq_len,
+            args.repeats,
+            args.naive_repeats,
+            args.square_size,
+            not args.no_bf16,
+            device,
+            log,
+        )
     if which == "generate":
         from glmflash.bench.generate import bench_generate
-        return bench_generate(cfg, args.gen_batch_size, args.prompt_len, args.new_tokens,
-                              args.decode_contexts, args.repeats, args.naive_repeats, device, log)
+
+        return bench_generate(
+            cfg,
+            args.gen_batch_size,
+            args.prompt_len,
+            args.new_tokens,
+            args.decode_contexts,
+            args.repeats,
+            args.naive_repeats,
+            device,
+            log,
+        )
     if which == "profile":
         from dataclasses import replace
 
@@ -113,10 +154,16 @@ def run_section(which: str, args: argparse.Namespace, cfg: ModelConfig,
         from glmflash.pipeline import PipelinePlan
 
         plan = PipelinePlan.full(seed=0).pretrain
-        settings = replace(plan, preset=args.preset, batch_size=args.batch_size,
-                           seq_len=args.seq_len, optimizer=args.optimizer or plan.optimizer)
+        settings = replace(
+            plan,
+            preset=args.preset,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            optimizer=args.optimizer or plan.optimizer,
+        )
         return bench_profile(cfg, settings, args.steps, device=device, log=log)
     from glmflash.bench.verify import bench_verify
+
     log(f"verifier throughput on {args.programs} programs")
     return {"bench": "verify", **bench_verify(args.programs, n_fresh=min(40, args.programs))}
 
@@ -162,8 +209,9 @@ def print_table(result: dict[str, Any]) -> None:
     if result["bench"] == "all":
         groups = {s: result[s] for s in SECTIONS}
     else:
-        groups = {result["bench"]: {k: v for k, v in result.items()
-                                    if k not in ("preset", "environment")}}
+        groups = {
+            result["bench"]: {k: v for k, v in result.items() if k not in ("preset", "environment")}
+        }
     groups["environment"] = {"preset": result["preset"], **result["environment"]}
     for title, values in groups.items():
         print(f"== {title}")
@@ -174,19 +222,25 @@ def print_table(result: dict[str, Any]) -> None:
 
 def print_profile(result: dict[str, Any]) -> None:
     """The parts of a train step as a table, then the costliest ops and the machine."""
-    print(f"train step: {result['step_seconds']:.3f} s ({result['tokens_per_s']:.0f} tokens/s; "
-          f"{result['batch_size']} x {result['seq_len']}, {result['optimizer']}, "
-          f"{result['precision']}); under the profiler {result['profiled_step_seconds']:.3f} s")
+    print(
+        f"train step: {result['step_seconds']:.3f} s ({result['tokens_per_s']:.0f} tokens/s; "
+        f"{result['batch_size']} x {result['seq_len']}, {result['optimizer']}, "
+        f"{result['precision']}); under the profiler {result['profiled_step_seconds']:.3f} s"
+    )
     width = max(len(k) for k in result["parts"])
     print(f"  {'part':<{width}}  {'forward ms':>10}  {'backward ms':>11}  {'ms':>8}  share")
     for name, p in result["parts"].items():
-        print(f"  {name:<{width}}  {p['forward_ms']:>10.1f}  {p['backward_ms']:>11.1f}  "
-              f"{p['ms']:>8.1f}  {100 * p['share']:5.1f}%")
+        print(
+            f"  {name:<{width}}  {p['forward_ms']:>10.1f}  {p['backward_ms']:>11.1f}  "
+            f"{p['ms']:>8.1f}  {100 * p['share']:5.1f}%"
+        )
     print("costliest ops (self time per step)")
     width = max(len(o["op"]) for o in result["top_ops"])
     for o in result["top_ops"]:
-        print(f"  {o['op']:<{width}}  {o['calls']:>7.0f} calls  {o['ms']:>8.1f} ms  "
-              f"{100 * o['share']:5.1f}%")
+        print(
+            f"  {o['op']:<{width}}  {o['calls']:>7.0f} calls  {o['ms']:>8.1f} ms  "
+            f"{100 * o['share']:5.1f}%"
+        )
     print("== environment")
     _print_rows({"preset": result["preset"], **result["environment"]})
 
@@ -200,8 +254,11 @@ def _print_rows(values: dict[str, Any]) -> None:
 
 def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(obj, dict):
-        return [row for k, v in obj.items()
-                for row in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+        return [
+            row
+            for k, v in obj.items()
+            for row in _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        ]
     if isinstance(obj, float):
         return [(prefix, f"{obj:.4g}")]
     if isinstance(obj, list):

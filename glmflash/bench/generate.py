@@ -26,13 +26,15 @@ from glmflash.model.lm import GLMFlash
 def random_prompts(batch_size: int, length: int, device: torch.device, seed: int = 0) -> Tensor:
     """[batch_size, length] ids: BOS, then random bytes."""
     g = torch.Generator().manual_seed(seed)
-    body = torch.randint(tok.BYTE_OFFSET, tok.BYTE_OFFSET + 256, (batch_size, length - 1),
-                         generator=g)
+    body = torch.randint(
+        tok.BYTE_OFFSET, tok.BYTE_OFFSET + 256, (batch_size, length - 1), generator=g
+    )
     return torch.cat((torch.full((batch_size, 1), tok.BOS), body), 1).to(device)
 
 
-def check_lengths(cfg: ModelConfig, prompt_len: int, new_tokens: int,
-                  contexts: Sequence[int]) -> None:
+def check_lengths(
+    cfg: ModelConfig, prompt_len: int, new_tokens: int, contexts: Sequence[int]
+) -> None:
     """Raise ValueError unless every sequence fits the model's context."""
     if prompt_len < 1 or new_tokens < 1 or prompt_len + new_tokens > cfg.context:
         raise ValueError(f"prompt length + new tokens must be within the context ({cfg.context})")
@@ -58,18 +60,22 @@ def decode_full(model: GLMFlash, prompt: Tensor, new_tokens: int) -> Tensor:
     seq = prompt
     for _ in range(new_tokens):
         seq = torch.cat((seq, model(seq).logits[:, -1].argmax(-1, keepdim=True)), 1)
-    return seq[:, prompt.shape[1]:]
+    return seq[:, prompt.shape[1] :]
 
 
 @torch.no_grad()
-def step_times(model: GLMFlash, batch_size: int, contexts: Sequence[int], repeats: int,
-               device: torch.device) -> dict[str, dict[str, float]]:
+def step_times(
+    model: GLMFlash, batch_size: int, contexts: Sequence[int], repeats: int, device: torch.device
+) -> dict[str, dict[str, float]]:
     """Milliseconds of one cached step (one new token per sequence) whose token sees
     `context` tokens including itself: the whole model, and the first linear and first
     sparse attention layer alone."""
     cfg = model.cfg
-    layers = {name: cfg.layer_kinds.find(kind) for name, kind in
-              (("linear_layer", "L"), ("sparse_layer", "S")) if kind in cfg.layer_kinds}
+    layers = {
+        name: cfg.layer_kinds.find(kind)
+        for name, kind in (("linear_layer", "L"), ("sparse_layer", "S"))
+        if kind in cfg.layer_kinds
+    }
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch_size, 1, cfg.d_model, generator=g).to(device)
     result = {}
@@ -84,10 +90,17 @@ def step_times(model: GLMFlash, batch_size: int, contexts: Sequence[int], repeat
     return result
 
 
-def bench_generate(cfg: ModelConfig, batch_size: int = 16, prompt_len: int = 60,
-                   new_tokens: int = 48, contexts: Sequence[int] = (64, 192), repeats: int = 3,
-                   full_repeats: int = 1, device: torch.device | str = "cpu",
-                   log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def bench_generate(
+    cfg: ModelConfig,
+    batch_size: int = 16,
+    prompt_len: int = 60,
+    new_tokens: int = 48,
+    contexts: Sequence[int] = (64, 192),
+    repeats: int = 3,
+    full_repeats: int = 1,
+    device: torch.device | str = "cpu",
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
     """Every figure of `glmflash bench generate`, as one JSON-ready dict with `ratios`."""
     device = torch.device(device)
     check_lengths(cfg, prompt_len, new_tokens, contexts)
@@ -103,12 +116,16 @@ def bench_generate(cfg: ModelConfig, batch_size: int = 16, prompt_len: int = 60,
     def keeping_output(name: str, decode) -> Callable[[], None]:
         def run() -> None:
             outputs[name] = decode(model, prompt, new_tokens)
+
         return run
 
-    fns = {"cached": keeping_output("cached", decode_cached),
-           "full_recompute": keeping_output("full_recompute", decode_full)}
-    seconds = best_times(fns, {"cached": repeats, "full_recompute": full_repeats}, device,
-                         warmup=False)
+    fns = {
+        "cached": keeping_output("cached", decode_cached),
+        "full_recompute": keeping_output("full_recompute", decode_full),
+    }
+    seconds = best_times(
+        fns, {"cached": repeats, "full_recompute": full_repeats}, device, warmup=False
+    )
     n_new = batch_size * new_tokens
     decode = {k: {"seconds": s, "new_tokens_per_s": n_new / s} for k, s in seconds.items()}
 
@@ -116,8 +133,12 @@ def bench_generate(cfg: ModelConfig, batch_size: int = 16, prompt_len: int = 60,
     steps = step_times(model, batch_size, contexts, max(5 * repeats, 10), device)
     first, last = steps[str(min(contexts))], steps[str(max(contexts))]
     return {
-        "bench": "generate", "batch_size": batch_size, "prompt_len": prompt_len,
-        "new_tokens": new_tokens, "repeats": repeats, "full_repeats": full_repeats,
+        "bench": "generate",
+        "batch_size": batch_size,
+        "prompt_len": prompt_len,
+        "new_tokens": new_tokens,
+        "repeats": repeats,
+        "full_repeats": full_repeats,
         "decode": decode,
         "tokens_agree": float((outputs["cached"] == outputs["full_recompute"]).float().mean()),
         "step_ms_by_context": steps,

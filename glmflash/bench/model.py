@@ -39,6 +39,7 @@ from glmflash.train.optim import make_optimizer
 
 Log = Callable[[str], None]
 
+
 def attention_flops(cfg: ModelConfig, T: int) -> int:
     """Forward FLOPs of one sequence of T tokens spent in attention outside parameter matmuls,
     counted as the kernels execute them (per head, D = head_dim):
@@ -64,8 +65,9 @@ def train_flops(cfg: ModelConfig, batch_size: int, seq_len: int) -> int:
     return 6 * active * batch_size * seq_len + 3 * batch_size * attention_flops(cfg, seq_len)
 
 
-def train_step(model: GLMFlash, x: Tensor, y: Tensor,
-               amp: torch.dtype | None) -> Callable[[], None]:
+def train_step(
+    model: GLMFlash, x: Tensor, y: Tensor, amp: torch.dtype | None
+) -> Callable[[], None]:
     """One pretraining update as `glmflash pretrain` does it, on a fixed batch."""
     settings = PretrainConfig()
     optimizer = make_optimizer(model, settings)
@@ -94,8 +96,9 @@ class Contest:
     naive_params: nn.Module | None = None
 
 
-def contests(cfg: ModelConfig, batch_size: int, seq_len: int,
-             device: torch.device) -> dict[str, Contest]:
+def contests(
+    cfg: ModelConfig, batch_size: int, seq_len: int, device: torch.device
+) -> dict[str, Contest]:
     """The attention kernels on q, k, v [B, H, T, D]; the routed experts of one MoE on
     x [B*T, d_model] with its own routing (the router and shared expert are common to both)."""
     g = torch.Generator().manual_seed(0)
@@ -115,20 +118,34 @@ def contests(cfg: ModelConfig, batch_size: int, seq_len: int,
         index, gates, _ = moe.route(x)
     return {
         "linear_attention": Contest(
-            "cumsum", "chunkwise vs cumsum of outer products",
+            "cumsum",
+            "chunkwise vs cumsum of outer products",
             lambda q, k, v: elu_linear_attention_chunked(q, k, v, None, cfg.linear_chunk)[0],
-            cumsum_linear_attention, qkv),
+            cumsum_linear_attention,
+            qkv,
+        ),
         "sparse_attention": Contest(
-            "gathered", "masked SDPA vs gathered keys",
+            "gathered",
+            "masked SDPA vs gathered keys",
             lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
-            lambda q, k, v: gathered_sparse_attention(q, k, v, window, stride), qkv),
-        "moe": Contest("masked", "sorted dispatch vs a boolean mask per expert", moe.experts,
-                       masked.experts, (x, index, gates.requires_grad_()), moe, masked),
+            lambda q, k, v: gathered_sparse_attention(q, k, v, window, stride),
+            qkv,
+        ),
+        "moe": Contest(
+            "masked",
+            "sorted dispatch vs a boolean mask per expert",
+            moe.experts,
+            masked.experts,
+            (x, index, gates.requires_grad_()),
+            moe,
+            masked,
+        ),
     }
 
 
-def forward_backward(fn: Callable[..., Tensor], inputs: tuple[Tensor, ...],
-                     params: nn.Module | None) -> Callable[[], None]:
+def forward_backward(
+    fn: Callable[..., Tensor], inputs: tuple[Tensor, ...], params: nn.Module | None
+) -> Callable[[], None]:
     """fn(*inputs) and its backward from a fixed random output gradient, fresh gradients."""
     with torch.no_grad():
         grad = torch.randn_like(fn(*inputs))
@@ -143,38 +160,57 @@ def forward_backward(fn: Callable[..., Tensor], inputs: tuple[Tensor, ...],
     return run
 
 
-def bench_components(cfg: ModelConfig, batch_size: int, seq_len: int, repeats: int,
-                     device: torch.device, log: Log) -> dict[str, dict[str, Any]]:
+def bench_components(
+    cfg: ModelConfig, batch_size: int, seq_len: int, repeats: int, device: torch.device, log: Log
+) -> dict[str, dict[str, Any]]:
     """Forward + backward time and peak memory of each contest, ours against naive."""
     results = {}
     for name, c in contests(cfg, batch_size, seq_len, device).items():
         log(f"component {name} ({c.compares})")
-        fns = {"ours": forward_backward(c.ours, c.inputs, c.ours_params),
-               "naive": forward_backward(c.naive, c.inputs, c.naive_params)}
+        fns = {
+            "ours": forward_backward(c.ours, c.inputs, c.ours_params),
+            "naive": forward_backward(c.naive, c.inputs, c.naive_params),
+        }
         seconds = best_times(fns, repeats, device)
         memory = {k: peak_memory(fn, device) for k, fn in fns.items()}
-        results[name] = {"baseline": c.baseline, "compares": c.compares,
-                         "ours_ms": 1e3 * seconds["ours"], "naive_ms": 1e3 * seconds["naive"],
-                         "ours_peak_mb": _mb(memory["ours"]),
-                         "naive_peak_mb": _mb(memory["naive"])}
+        results[name] = {
+            "baseline": c.baseline,
+            "compares": c.compares,
+            "ours_ms": 1e3 * seconds["ours"],
+            "naive_ms": 1e3 * seconds["naive"],
+            "ours_peak_mb": _mb(memory["ours"]),
+            "naive_peak_mb": _mb(memory["naive"]),
+        }
     return results
 
 
-def bench_model(cfg: ModelConfig, batch_size: int = 32, seq_len: int = 128, repeats: int = 3,
-                naive_repeats: int = 1, square: int = 1024, bf16: bool = True,
-                device: torch.device | str = "cpu", log: Log = lambda _: None,
-                ) -> dict[str, Any]:
+def bench_model(
+    cfg: ModelConfig,
+    batch_size: int = 32,
+    seq_len: int = 128,
+    repeats: int = 3,
+    naive_repeats: int = 1,
+    square: int = 1024,
+    bf16: bool = True,
+    device: torch.device | str = "cpu",
+    log: Log = lambda _: None,
+) -> dict[str, Any]:
     """Every figure of `glmflash bench model`, as one JSON-ready dict with `ratios`."""
     device = torch.device(device)
     tokens = batch_size * seq_len
     precisions = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if bf16 else {})}
 
-    shapes = [(tokens, cfg.d_model, cfg.expert_hidden), (tokens, cfg.expert_hidden, cfg.d_model),
-              (square, square, square)]
+    shapes = [
+        (tokens, cfg.d_model, cfg.expert_hidden),
+        (tokens, cfg.expert_hidden, cfg.d_model),
+        (square, square, square),
+    ]
 
     def measure_peak(earlier: dict[str, Any]) -> dict[str, Any]:
-        return {p: matmul_peak(shapes, dtype, device, max(repeats, 5), earlier.get(p))
-                for p, dtype in precisions.items()}
+        return {
+            p: matmul_peak(shapes, dtype, device, max(repeats, 5), earlier.get(p))
+            for p, dtype in precisions.items()
+        }
 
     log("matmul peak (measured now and again at the end)")
     peak = measure_peak({})
@@ -187,11 +223,14 @@ def bench_model(cfg: ModelConfig, batch_size: int = 32, seq_len: int = 128, repe
     ours = GLMFlash(cfg).to(device).train()
     torch.manual_seed(0)
     naive = naive_glmflash(cfg).to(device).train()
-    steps = {p: train_step(ours, x, y, autocast_dtype(device, "bf16") if p == "bf16" else None)
-             for p in precisions}
+    steps = {
+        p: train_step(ours, x, y, autocast_dtype(device, "bf16") if p == "bf16" else None)
+        for p in precisions
+    }
     steps["naive_fp32"] = train_step(naive, x, y, None)
-    seconds = best_times(steps, {**dict.fromkeys(precisions, repeats),
-                                 "naive_fp32": naive_repeats}, device)
+    seconds = best_times(
+        steps, {**dict.fromkeys(precisions, repeats), "naive_fp32": naive_repeats}, device
+    )
     del ours, naive, steps
 
     components = bench_components(cfg, batch_size, seq_len, repeats, device, log)
@@ -205,8 +244,10 @@ def bench_model(cfg: ModelConfig, batch_size: int = 32, seq_len: int = 128, repe
     for p in precisions:  # each step against the peak of its own matmul dtype
         train[p]["peak_fraction"] = train[p]["model_gflops"] / peak[p]["gflops"]
 
-    ratios = {"train_step_vs_naive": seconds["naive_fp32"] / seconds["fp32"],
-              "peak_fraction": train["fp32"]["peak_fraction"]}
+    ratios = {
+        "train_step_vs_naive": seconds["naive_fp32"] / seconds["fp32"],
+        "peak_fraction": train["fp32"]["peak_fraction"],
+    }
     if bf16:
         ratios["peak_fraction_bf16"] = train["bf16"]["peak_fraction"]
         ratios["train_step_bf16_vs_fp32"] = seconds["fp32"] / seconds["bf16"]
@@ -216,14 +257,18 @@ def bench_model(cfg: ModelConfig, batch_size: int = 32, seq_len: int = 128, repe
             ratios[f"{name}_memory_vs_{c['baseline']}"] = c["naive_peak_mb"] / c["ours_peak_mb"]
     counts = parameter_counts(cfg)
     return {
-        "bench": "model", "batch_size": batch_size, "seq_len": seq_len, "tokens_per_step": tokens,
-        "repeats": repeats, "naive_repeats": naive_repeats,
+        "bench": "model",
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "tokens_per_step": tokens,
+        "repeats": repeats,
+        "naive_repeats": naive_repeats,
         "parameters": {"total": counts["total"]["all"], "active": counts["active"]["all"]},
         "model_flops_per_step": flops,
         "matmul_peak_gflops": peak,
         "train_step": train,
         "naive_model": "static mixer, cumsum linear attention, gathered sparse attention, "
-                       "masked MoE",
+        "masked MoE",
         "components": components,
         "memory_method": MEMORY_METHOD,
         "ratios": ratios,

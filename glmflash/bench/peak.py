@@ -24,9 +24,11 @@ from typing import Any
 import torch
 from torch.profiler import DeviceType, ProfilerActivity, profile
 
-MEMORY_METHOD = ("peak bytes of live tensors above the starting point: the profiler's "
-                 "allocator events on CPU (torch.profiler, profile_memory=True), "
-                 "torch.cuda.max_memory_allocated on CUDA")
+MEMORY_METHOD = (
+    "peak bytes of live tensors above the starting point: the profiler's "
+    "allocator events on CPU (torch.profiler, profile_memory=True), "
+    "torch.cuda.max_memory_allocated on CUDA"
+)
 
 
 def synchronize(device: torch.device) -> None:
@@ -37,8 +39,12 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def best_times(fns: Mapping[str, Callable[[], object]], repeats: int | Mapping[str, int],
-               device: torch.device, warmup: bool = True) -> dict[str, float]:
+def best_times(
+    fns: Mapping[str, Callable[[], object]],
+    repeats: int | Mapping[str, int],
+    device: torch.device,
+    warmup: bool = True,
+) -> dict[str, float]:
     """Best wall time in seconds of each function over its repeats (an int: the same for all).
 
     Each function first runs once untimed (unless warmup=False); then round r runs, in turn,
@@ -61,9 +67,13 @@ def best_times(fns: Mapping[str, Callable[[], object]], repeats: int | Mapping[s
     return best
 
 
-def matmul_peak(shapes: Sequence[tuple[int, int, int]], dtype: torch.dtype,
-                device: torch.device, repeats: int,
-                earlier: dict[str, Any] | None = None) -> dict[str, Any]:
+def matmul_peak(
+    shapes: Sequence[tuple[int, int, int]],
+    dtype: torch.dtype,
+    device: torch.device,
+    repeats: int,
+    earlier: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Best GFLOP/s of [M, K] @ [K, N] (2 M K N flops) over `shapes`, and per shape. With an
     `earlier` result of the same call, each shape keeps the better of the two: measuring
     before and after other work resists a change in the machine's load."""
@@ -73,8 +83,9 @@ def matmul_peak(shapes: Sequence[tuple[int, int, int]], dtype: torch.dtype,
         b = torch.randn(k, n, device=device).to(dtype)
         seconds = best_times({"mm": lambda a=a, b=b: a @ b}, repeats, device)["mm"]
         name = f"{m}x{k}@{k}x{n}"
-        by_shape[name] = max(2 * m * k * n / seconds / 1e9,
-                             earlier["by_shape"][name] if earlier else 0.0)
+        by_shape[name] = max(
+            2 * m * k * n / seconds / 1e9, earlier["by_shape"][name] if earlier else 0.0
+        )
     return {"gflops": max(by_shape.values()), "by_shape": by_shape}
 
 
@@ -105,11 +116,13 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> int | None:
         return torch.cuda.max_memory_allocated(device) - start
     if device.type != "cpu":
         return None
-    with stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
-                                    profile_memory=True) as prof:
+    with stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == DeviceType.CPU
+    )
     live = peak = 0
     for _, nbytes in events:  # frees are negative
         live += nbytes

@@ -43,10 +43,21 @@ from glmflash.train.optim import make_optimizer
 SCOPE = "glmflash::"  # prefix of the profiler ranges this module places
 BACKWARD = "autograd::engine::evaluate_function: "
 ATTENTION = {"L": "attention (linear)", "S": "attention (sparse)"}
-PARTS = ("attention (linear)", "attention (sparse)", "moe", "mhc: Sinkhorn",
-         "mhc: coefficients", "mhc: read and write", "norms", "embedding",
-         "head, loss, stream copy and merge", "gradient accumulation", "gradient clipping",
-         "optimizer", "step overhead (Python between ops)")
+PARTS = (
+    "attention (linear)",
+    "attention (sparse)",
+    "moe",
+    "mhc: Sinkhorn",
+    "mhc: coefficients",
+    "mhc: read and write",
+    "norms",
+    "embedding",
+    "head, loss, stream copy and merge",
+    "gradient accumulation",
+    "gradient clipping",
+    "optimizer",
+    "step overhead (Python between ops)",
+)
 OVERHEAD = PARTS[-1]
 
 Log = Callable[[str], None]
@@ -71,6 +82,7 @@ def _scoped(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         with record_function(SCOPE + label):
             return fn(*args, **kwargs)
+
     return wrapped
 
 
@@ -101,8 +113,9 @@ def part_scopes(model: GLMFlash) -> Iterator[None]:
             del hc.coefficients  # the instance attribute shadowed the method
 
 
-def pretrain_step(model: GLMFlash, cfg: PretrainConfig, x: torch.Tensor, y: torch.Tensor,
-                  amp: torch.dtype | None) -> Callable[[], None]:
+def pretrain_step(
+    model: GLMFlash, cfg: PretrainConfig, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None
+) -> Callable[[], None]:
     """One update as the pretraining loop makes it, on a fixed batch."""
     optimizer = make_optimizer(model, cfg)
 
@@ -126,7 +139,7 @@ def _label(event: Any, seq_part: dict[int, str]) -> tuple[str | None, bool]:
     e = event
     while e is not None:
         if e.name.startswith(SCOPE):
-            return e.name[len(SCOPE):], False
+            return e.name[len(SCOPE) :], False
         if e.name.startswith(BACKWARD):
             return seq_part.get(e.sequence_nr, "gradient accumulation"), True
         e = e.cpu_parent
@@ -137,12 +150,13 @@ def event_parts(events: list[Any]) -> list[tuple[str, bool]]:
     """(part, is_backward) of each event, in the order given; OVERHEAD for ops in no scope."""
     order = sorted(range(len(events)), key=lambda i: events[i].time_range.start)
     seq_part: dict[int, str] = {}  # ops that make no node share the number of the next one,
-    for i in order:                # so the last forward op with a number is the node's maker
+    for i in order:  # so the last forward op with a number is the node's maker
         part, backward = _label(events[i], {})
         if part is not None and not backward and events[i].sequence_nr >= 0:
             seq_part[events[i].sequence_nr] = part
-    return [(part or OVERHEAD, backward)
-            for part, backward in (_label(e, seq_part) for e in events)]
+    return [
+        (part or OVERHEAD, backward) for part, backward in (_label(e, seq_part) for e in events)
+    ]
 
 
 def charge(events: list[Any]) -> dict[str, dict[str, float]]:
@@ -153,8 +167,7 @@ def charge(events: list[Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-def profile_steps(step: Callable[[], None], steps: int,
-                  device: torch.device) -> tuple[Any, float]:
+def profile_steps(step: Callable[[], None], steps: int, device: torch.device) -> tuple[Any, float]:
     """Run `steps` calls of `step` under the profiler; (profiler, wall seconds)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         synchronize(device)
@@ -175,9 +188,14 @@ def timed(step: Callable[[], None], steps: int, device: torch.device) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def bench_profile(mcfg: ModelConfig, cfg: PretrainConfig, steps: int = 3, top: int = 12,
-                  device: torch.device | str = "cpu", log: Log = lambda _: None,
-                  ) -> dict[str, Any]:
+def bench_profile(
+    mcfg: ModelConfig,
+    cfg: PretrainConfig,
+    steps: int = 3,
+    top: int = 12,
+    device: torch.device | str = "cpu",
+    log: Log = lambda _: None,
+) -> dict[str, Any]:
     """The breakdown of `glmflash bench profile`, JSON-ready."""
     from glmflash.device import autocast_dtype
 
@@ -204,22 +222,47 @@ def bench_profile(mcfg: ModelConfig, cfg: PretrainConfig, steps: int = 3, top: i
         if name not in by_part:
             continue
         f, b = by_part[name]["forward"], by_part[name]["backward"]
-        parts[name] = {"forward_ms": f / steps / 1e3, "backward_ms": b / steps / 1e3,
-                       "ms": (f + b) / steps / 1e3, "share": (f + b) / wall_us}
+        parts[name] = {
+            "forward_ms": f / steps / 1e3,
+            "backward_ms": b / steps / 1e3,
+            "ms": (f + b) / steps / 1e3,
+            "share": (f + b) / wall_us,
+        }
     ops = sorted(prof.key_averages(), key=lambda a: a.self_cpu_time_total, reverse=True)
-    top_ops = [{"op": a.key, "calls": a.count / steps, "ms": a.self_cpu_time_total / steps / 1e3,
-                "share": a.self_cpu_time_total / wall_us}
-               for a in ops if not a.key.startswith((SCOPE, BACKWARD))][:top]
+    top_ops = [
+        {
+            "op": a.key,
+            "calls": a.count / steps,
+            "ms": a.self_cpu_time_total / steps / 1e3,
+            "share": a.self_cpu_time_total / wall_us,
+        }
+        for a in ops
+        if not a.key.startswith((SCOPE, BACKWARD))
+    ][:top]
     tokens = cfg.batch_size * cfg.seq_len
     return {
-        "bench": "profile", "steps": steps, "batch_size": cfg.batch_size,
-        "seq_len": cfg.seq_len, "optimizer": cfg.optimizer, "precision": cfg.precision,
-        "step_seconds": plain, "tokens_per_s": tokens / plain,
+        "bench": "profile",
+        "steps": steps,
+        "batch_size": cfg.batch_size,
+        "seq_len": cfg.seq_len,
+        "optimizer": cfg.optimizer,
+        "precision": cfg.precision,
+        "step_seconds": plain,
+        "tokens_per_s": tokens / plain,
         "profiled_step_seconds": wall / steps,
-        "parts": parts, "top_ops": top_ops,
+        "parts": parts,
+        "top_ops": top_ops,
         "ratios": {"profiled_vs_plain_step": wall / steps / plain},
     }
 
 
-__all__ = ["OVERHEAD", "PARTS", "bench_profile", "charge", "event_parts", "part_scopes",
-           "pretrain_step", "profile_steps"]
+__all__ = [
+    "OVERHEAD",
+    "PARTS",
+    "bench_profile",
+    "charge",
+    "event_parts",
+    "part_scopes",
+    "pretrain_step",
+    "profile_steps",
+]

@@ -40,8 +40,10 @@ HOSTILE = [  # each finishes quickly and never passes
     "def {name}(x):\n    return True\n",
     "def {name}(x):\n    return eval('x')\n",
 ]
-HANGS = ["def {name}(x):\n    while True:\n        pass\n",
-         "def {name}(x):\n    return 9 ** 9 ** 9\n"]
+HANGS = [
+    "def {name}(x):\n    while True:\n        pass\n",
+    "def {name}(x):\n    return 9 ** 9 ** 9\n",
+]
 
 
 def _argument(kind: str, rng: random.Random) -> Any:
@@ -95,26 +97,44 @@ def inprocess_passes(sources: list[str], tasks: list[Task]) -> list[bool]:
     return passes
 
 
-FRESH_RUNNER = ("import json, sys\nd = json.load(sys.stdin)\nns = {}\nexec(d['source'], ns)\n"
-                "print(json.dumps([repr(ns[d['entry']](*a)) for a in d['args']]))\n")
+FRESH_RUNNER = (
+    "import json, sys\nd = json.load(sys.stdin)\nns = {}\nexec(d['source'], ns)\n"
+    "print(json.dumps([repr(ns[d['entry']](*a)) for a in d['args']]))\n"
+)
 
 
 def fresh_process_rate(sources: list[str], tasks: list[Task], timeout: float) -> float:
     """Programs/s when each program gets its own new interpreter (no warm workers)."""
     start = time.perf_counter()
     for source, task in zip(sources, tasks, strict=True):
-        message = json.dumps({"source": source, "entry": task.entry_point,
-                              "args": [list(c.args) for c in task.cases]})
+        message = json.dumps(
+            {
+                "source": source,
+                "entry": task.entry_point,
+                "args": [list(c.args) for c in task.cases],
+            }
+        )
         try:
-            subprocess.run([sys.executable, "-I", "-S", "-c", FRESH_RUNNER], input=message,
-                           capture_output=True, text=True, timeout=timeout)
+            subprocess.run(
+                [sys.executable, "-I", "-S", "-c", FRESH_RUNNER],
+                input=message,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             pass
     return len(sources) / (time.perf_counter() - start)
 
 
-def bench_verify(n_programs: int = 600, hang_fraction: float = 0.02, timeout: float = 1.0,
-                 workers: int | None = None, n_fresh: int = 40, seed: int = 0) -> dict[str, Any]:
+def bench_verify(
+    n_programs: int = 600,
+    hang_fraction: float = 0.02,
+    timeout: float = 1.0,
+    workers: int | None = None,
+    n_fresh: int = 40,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Programs verified per second on the mix, without and with hanging programs."""
     workers = workers or default_size()
     sources, tasks = program_mix(n_programs, 0.0, seed)
@@ -138,11 +158,14 @@ def bench_verify(n_programs: int = 600, hang_fraction: float = 0.02, timeout: fl
     for v in verdicts:
         statuses[v.status] = statuses.get(v.status, 0) + 1
     return {
-        "n_programs": n_programs, "workers": workers, "timeout_s": timeout,
+        "n_programs": n_programs,
+        "workers": workers,
+        "timeout_s": timeout,
         "hanging_programs": sum(v.status == "timeout" for v in hang_verdicts),
         "statuses": statuses,
-        "agrees_with_inprocess": sum((v.status == "pass") == ok
-                                     for v, ok in zip(verdicts, baseline, strict=True)),
+        "agrees_with_inprocess": sum(
+            (v.status == "pass") == ok for v, ok in zip(verdicts, baseline, strict=True)
+        ),
         "sandboxed_programs_per_s": sandboxed,
         "sandboxed_with_hangs_programs_per_s": with_hangs,
         "inprocess_programs_per_s": inprocess,

@@ -60,62 +60,146 @@ class Family:
     fn: Callable[[Any], Any]
 
 
-ARG_NAMES = {"int": ("x", "n", "value", "num", "a", "k"),
-             "str": ("s", "text", "word"),
-             "list": ("xs", "items", "values", "nums")}
+ARG_NAMES = {
+    "int": ("x", "n", "value", "num", "a", "k"),
+    "str": ("s", "text", "word"),
+    "list": ("xs", "items", "values", "nums"),
+}
 
 _FAMILY_LIST = (
-    Family("increment", "int",
-           ("Return {a} plus one.", "Return {a} increased by 1.",
-            "Add one to {a} and return the result.", "Return the integer that follows {a}.",
-            "Return {a} + 1."),
-           (("return {a} + 1",), ("return 1 + {a}",),
-            ("result = {a} + 1", "return result"), ("{a} += 1", "return {a}")),
-           lambda v: v + 1),
-    Family("double", "int",
-           ("Return two times {a}.", "Return {a} multiplied by 2.", "Double {a} and return it.",
-            "Return twice the value of {a}.", "Return {a} * 2."),
-           (("return {a} * 2",), ("return 2 * {a}",), ("return {a} + {a}",),
-            ("result = {a} * 2", "return result")),
-           lambda v: 2 * v),
-    Family("square", "int",
-           ("Return {a} squared.", "Return {a} times itself.", "Return the square of {a}.",
-            "Multiply {a} by itself and return the result."),
-           (("return {a} * {a}",), ("return abs({a}) * abs({a})",),
-            ("result = {a} * {a}", "return result")),
-           lambda v: v * v),
-    Family("absolute", "int",
-           ("Return the absolute value of {a}.", "Return {a} without its sign.",
+    Family(
+        "increment",
+        "int",
+        (
+            "Return {a} plus one.",
+            "Return {a} increased by 1.",
+            "Add one to {a} and return the result.",
+            "Return the integer that follows {a}.",
+            "Return {a} + 1.",
+        ),
+        (
+            ("return {a} + 1",),
+            ("return 1 + {a}",),
+            ("result = {a} + 1", "return result"),
+            ("{a} += 1", "return {a}"),
+        ),
+        lambda v: v + 1,
+    ),
+    Family(
+        "double",
+        "int",
+        (
+            "Return two times {a}.",
+            "Return {a} multiplied by 2.",
+            "Double {a} and return it.",
+            "Return twice the value of {a}.",
+            "Return {a} * 2.",
+        ),
+        (
+            ("return {a} * 2",),
+            ("return 2 * {a}",),
+            ("return {a} + {a}",),
+            ("result = {a} * 2", "return result"),
+        ),
+        lambda v: 2 * v,
+    ),
+    Family(
+        "square",
+        "int",
+        (
+            "Return {a} squared.",
+            "Return {a} times itself.",
+            "Return the square of {a}.",
+            "Multiply {a} by itself and return the result.",
+        ),
+        (
+            ("return {a} * {a}",),
+            ("return abs({a}) * abs({a})",),
+            ("result = {a} * {a}", "return result"),
+        ),
+        lambda v: v * v,
+    ),
+    Family(
+        "absolute",
+        "int",
+        (
+            "Return the absolute value of {a}.",
+            "Return {a} without its sign.",
             "Return the distance of {a} from zero.",
-            "Return {a} if it is not negative, otherwise -{a}."),
-           (("return abs({a})",), ("return {a} if {a} >= 0 else -{a}",),
-            ("if {a} < 0:", "    return -{a}", "return {a}")),
-           abs),
-    Family("nonnegative", "int",
-           ("Return True if {a} is zero or positive, else False.",
-            "Return whether {a} is nonnegative.", "Return True when {a} >= 0.",
-            "Check that {a} is not negative."),
-           (("return {a} >= 0",), ("return 0 <= {a}",), ("return not {a} < 0",),
-            ("if {a} >= 0:", "    return True", "return False")),
-           lambda v: v >= 0),
-    Family("even", "int",
-           ("Return True if {a} is even, else False.", "Return whether {a} is divisible by 2.",
-            "Check if {a} is an even number.", "Return True when {a} % 2 == 0."),
-           (("return {a} % 2 == 0",), ("return not {a} % 2",),
-            ("if {a} % 2 == 0:", "    return True", "return False")),
-           lambda v: v % 2 == 0),
-    Family("reverse", "str",
-           ("Return the string {a} reversed.", "Return {a} with its characters in reverse order.",
-            "Reverse the text {a} and return it.", "Return {a} read backwards."),
-           (("return {a}[::-1]",), ("result = {a}[::-1]", "return result"),
-            ("result = ''", "for ch in {a}:", "    result = ch + result", "return result")),
-           lambda v: v[::-1]),
-    Family("list_sum", "list",
-           ("Return the sum of the numbers in {a}.", "Add up all the integers in the list {a}.",
-            "Return the total of {a}.", "Return the sum of {a}, or 0 when it is empty."),
-           (("return sum({a})",), ("total = 0", "for v in {a}:", "    total += v", "return total"),
-            ("total = 0", "for i in range(len({a})):", "    total += {a}[i]", "return total")),
-           sum),
+            "Return {a} if it is not negative, otherwise -{a}.",
+        ),
+        (
+            ("return abs({a})",),
+            ("return {a} if {a} >= 0 else -{a}",),
+            ("if {a} < 0:", "    return -{a}", "return {a}"),
+        ),
+        abs,
+    ),
+    Family(
+        "nonnegative",
+        "int",
+        (
+            "Return True if {a} is zero or positive, else False.",
+            "Return whether {a} is nonnegative.",
+            "Return True when {a} >= 0.",
+            "Check that {a} is not negative.",
+        ),
+        (
+            ("return {a} >= 0",),
+            ("return 0 <= {a}",),
+            ("return not {a} < 0",),
+            ("if {a} >= 0:", "    return True", "return False"),
+        ),
+        lambda v: v >= 0,
+    ),
+    Family(
+        "even",
+        "int",
+        (
+            "Return True if {a} is even, else False.",
+            "Return whether {a} is divisible by 2.",
+            "Check if {a} is an even number.",
+            "Return True when {a} % 2 == 0.",
+        ),
+        (
+            ("return {a} % 2 == 0",),
+            ("return not {a} % 2",),
+            ("if {a} % 2 == 0:", "    return True", "return False"),
+        ),
+        lambda v: v % 2 == 0,
+    ),
+    Family(
+        "reverse",
+        "str",
+        (
+            "Return the string {a} reversed.",
+            "Return {a} with its characters in reverse order.",
+            "Reverse the text {a} and return it.",
+            "Return {a} read backwards.",
+        ),
+        (
+            ("return {a}[::-1]",),
+            ("result = {a}[::-1]", "return result"),
+            ("result = ''", "for ch in {a}:", "    result = ch + result", "return result"),
+        ),
+        lambda v: v[::-1],
+    ),
+    Family(
+        "list_sum",
+        "list",
+        (
+            "Return the sum of the numbers in {a}.",
+            "Add up all the integers in the list {a}.",
+            "Return the total of {a}.",
+            "Return the sum of {a}, or 0 when it is empty.",
+        ),
+        (
+            ("return sum({a})",),
+            ("total = 0", "for v in {a}:", "    total += v", "return total"),
+            ("total = 0", "for i in range(len({a})):", "    total += {a}[i]", "return total"),
+        ),
+        sum,
+    ),
 )
 
 FAMILIES: tuple[str, ...] = tuple(f.name for f in _FAMILY_LIST)
@@ -148,6 +232,7 @@ def reference_bodies(family_name: str, arg: str) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------- names and splits
+
 
 def split_of_name(name: str) -> str:
     """The split a word belongs to: bucket = blake2b_key(word) mod 100, cut by SPLIT_PERCENT.
@@ -204,9 +289,11 @@ _RANDOM_INPUT = {"int": _random_int, "str": _random_str, "list": _random_list}
 
 def case_inputs(kind: str, rng: random.Random, n: int = N_CASES) -> list[Any]:
     """`n` distinct inputs: the edge cases of the kind first, then random values."""
-    edges: list[Any] = {"int": [0, 1, -1],
-                        "str": ["", rng.choice(string.ascii_lowercase)],
-                        "list": [[], [rng.randint(-50, -1)]]}[kind]
+    edges: list[Any] = {
+        "int": [0, 1, -1],
+        "str": ["", rng.choice(string.ascii_lowercase)],
+        "list": [[], [rng.randint(-50, -1)]],
+    }[kind]
     values = edges[:n]
     while len(values) < n:
         v = _RANDOM_INPUT[kind](rng)
@@ -222,6 +309,7 @@ def make_cases(family_name: str, rng: random.Random, n: int = N_CASES) -> tuple[
 
 # ---------------------------------------------------------------------------- tasks
 
+
 def function_name(family_name: str, word: str, style: str = "family") -> str:
     """`<prefix>_<word>` in a NAME_STYLE. The misleading prefix is another family's, chosen by
     the word alone, so the three styles of one task differ in the prefix only."""
@@ -235,8 +323,12 @@ def function_name(family_name: str, word: str, style: str = "family") -> str:
     raise ValueError(f"unknown name style {style!r}; choose from {', '.join(NAME_STYLES)}")
 
 
-def _write(fam: Family, word: str, rng: random.Random, style: str = "family",
-           ) -> tuple[str, str, str, str]:
+def _write(
+    fam: Family,
+    word: str,
+    rng: random.Random,
+    style: str = "family",
+) -> tuple[str, str, str, str]:
     """(name, arg, prompt, body) with a random argument name, description and correct body."""
     name = function_name(fam.name, word, style)
     arg = rng.choice(ARG_NAMES[fam.kind])
@@ -244,8 +336,12 @@ def _write(fam: Family, word: str, rng: random.Random, style: str = "family",
     return name, arg, prompt, render_body(rng.choice(fam.bodies), arg)
 
 
-def make_task(family_name: str, word: str, rng: random.Random, style: str = "family",
-              ) -> CodeTask:
+def make_task(
+    family_name: str,
+    word: str,
+    rng: random.Random,
+    style: str = "family",
+) -> CodeTask:
     """The task named in `style` from `word`: a random prompt and reference body, and N_CASES
     cases."""
     fam = family(family_name)
@@ -253,8 +349,13 @@ def make_task(family_name: str, word: str, rng: random.Random, style: str = "fam
     return CodeTask(fam.name, name, prompt, arg, Task(name, make_cases(fam.name, rng)), reference)
 
 
-def tasks(split: str, families: Sequence[str] | None = None, per_family: int = 8,
-          seed: int = 0, style: str = "family") -> list[CodeTask]:
+def tasks(
+    split: str,
+    families: Sequence[str] | None = None,
+    per_family: int = 8,
+    seed: int = 0,
+    style: str = "family",
+) -> list[CodeTask]:
     """`per_family` tasks of each family, family by family, with distinct names per family,
     named in `style` (the same tasks in every style but for the name).
 
@@ -266,8 +367,9 @@ def tasks(split: str, families: Sequence[str] | None = None, per_family: int = 8
     for f in names:
         family(f)
     if not isinstance(per_family, int) or not 0 <= per_family <= MAX_PER_FAMILY:
-        raise ValueError(f"per_family must be an integer in [0, {MAX_PER_FAMILY}], "
-                         f"got {per_family!r}")
+        raise ValueError(
+            f"per_family must be an integer in [0, {MAX_PER_FAMILY}], got {per_family!r}"
+        )
     out: list[CodeTask] = []
     for f in names:
         rng = rng_for("tasks", split, seed, f)
@@ -280,8 +382,9 @@ def tasks(split: str, families: Sequence[str] | None = None, per_family: int = 8
     return out
 
 
-def interleaved_tasks(split: str, families: Sequence[str], n: int, seed: int = 0,
-                      style: str = "family") -> list[CodeTask]:
+def interleaved_tasks(
+    split: str, families: Sequence[str], n: int, seed: int = 0, style: str = "family"
+) -> list[CodeTask]:
     """`n` tasks cycling through `families` (one of each, then the next of each, ...): the
     first tasks of every family, whatever n is."""
     per = -(-n // len(families)) if families else 0

@@ -32,22 +32,27 @@ Structure = tuple[str, ...]
 Program = tuple[tuple[str, int | None], ...]  # (op, constant or None) per step
 
 STRUCTURES: tuple[Structure, ...] = tuple(
-    s for s in itertools.product(OPS, repeat=3) if len(set(s)) >= 2)
+    s for s in itertools.product(OPS, repeat=3) if len(set(s)) >= 2
+)
 _shuffled = list(STRUCTURES)
 random.Random(SPLIT_SEED).shuffle(_shuffled)
 TRAIN_STRUCTURES: tuple[Structure, ...] = tuple(_shuffled[:N_TRAIN])
 HELDOUT_STRUCTURES: tuple[Structure, ...] = tuple(_shuffled[N_TRAIN:])
 
-_PHRASES = {"add": "add {c}", "sub": "subtract {c}", "mul": "multiply by {c}",
-            "neg": "take the negative", "abs": "take the absolute value"}
+_PHRASES = {
+    "add": "add {c}",
+    "sub": "subtract {c}",
+    "mul": "multiply by {c}",
+    "neg": "take the negative",
+    "abs": "take the absolute value",
+}
 _ATOM, _UNARY, _MUL, _ADD = 4, 3, 2, 1  # binding strength in Python's grammar
 
 
 def instantiate(structure: Structure, rng: random.Random) -> Program:
     if any(op not in OPS for op in structure):
         raise ValueError(f"unknown op in {structure!r}; ops are {', '.join(OPS)}")
-    return tuple((op, rng.choice(CONSTANTS) if op in CONSTANT_OPS else None)
-                 for op in structure)
+    return tuple((op, rng.choice(CONSTANTS) if op in CONSTANT_OPS else None) for op in structure)
 
 
 def apply_step(op: str, c: int | None, v: int) -> int:
@@ -101,8 +106,9 @@ def composition_example(structure: Structure, rng: random.Random) -> tuple[str, 
     return prompt_text(program), expression(program)
 
 
-def composition_document(index: int, seed: int,
-                         structures: Sequence[Structure] = TRAIN_STRUCTURES) -> str:
+def composition_document(
+    index: int, seed: int, structures: Sequence[Structure] = TRAIN_STRUCTURES
+) -> str:
     """Document `index`: prompt, answer and newline for a random structure of `structures`."""
     if not structures:
         raise ValueError("structures must not be empty")
@@ -131,8 +137,13 @@ def _value(node: ast.AST, x: int) -> int:
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _BINARY[type(node.op)](_value(node.left, x), _value(node.right, x))
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "abs"
-            and len(node.args) == 1 and not node.keywords):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "abs"
+        and len(node.args) == 1
+        and not node.keywords
+    ):
         return abs(_value(node.args[0], x))
     raise ValueError(f"not allowed in an answer: {type(node).__name__}")
 
@@ -152,6 +163,7 @@ def check_answer(program: Program, answer_text: str) -> bool:
 
 # ---------------------------------------------------------------------------- evaluation sets
 
+
 @dataclass(frozen=True)
 class CompositionExample:
     program: Program
@@ -159,8 +171,9 @@ class CompositionExample:
     answer: str  # the expression, without the newline that ends it in documents
 
 
-def examples(structures: Sequence[Structure] = HELDOUT_STRUCTURES, per_structure: int = 1,
-             seed: int = 0) -> list[CompositionExample]:
+def examples(
+    structures: Sequence[Structure] = HELDOUT_STRUCTURES, per_structure: int = 1, seed: int = 0
+) -> list[CompositionExample]:
     """`per_structure` examples of each structure, in order, deterministic from `seed`."""
     rng = rng_for("composition_examples", seed)
     out = []
@@ -171,10 +184,12 @@ def examples(structures: Sequence[Structure] = HELDOUT_STRUCTURES, per_structure
     return out
 
 
-def teacher_forced_pairs(structures: Sequence[Structure] = HELDOUT_STRUCTURES,
-                         per_structure: int = 1,
-                         seed: int = 0) -> list[tuple[list[int], list[int]]]:
+def teacher_forced_pairs(
+    structures: Sequence[Structure] = HELDOUT_STRUCTURES, per_structure: int = 1, seed: int = 0
+) -> list[tuple[list[int], list[int]]]:
     """(prompt_ids, answer_ids) per example: bos + prompt bytes, then answer bytes + newline,
     laid out as in a training document, for next-byte accuracy on the answer."""
-    return [(encode(e.prompt, bos=True), encode(e.answer + "\n"))
-            for e in examples(structures, per_structure, seed)]
+    return [
+        (encode(e.prompt, bos=True), encode(e.answer + "\n"))
+        for e in examples(structures, per_structure, seed)
+    ]

@@ -59,8 +59,7 @@ SPLITS = ("train", "heldout", "far")
 Polyline = list[tuple[float, float]]
 
 
-def arc(cx: float, cy: float, rx: float, ry: float, a0: float, a1: float,
-        n: int = 12) -> Polyline:
+def arc(cx: float, cy: float, rx: float, ry: float, a0: float, a1: float, n: int = 12) -> Polyline:
     """Points of an elliptical arc from angle a0 to a1 (degrees, counter-clockwise on screen)."""
     angles = np.radians(np.linspace(a0, a1, n))
     return [(cx + rx * math.cos(a), cy - ry * math.sin(a)) for a in angles]
@@ -90,6 +89,7 @@ def glyph_segments(digit: int) -> np.ndarray:
 
 # -- one rendering -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RenderParams:
     """Everything that varies between renderings of a digit."""
@@ -118,8 +118,9 @@ def segment_distance(points: np.ndarray, segments: np.ndarray) -> np.ndarray:
     return np.sqrt(d2.min(0))
 
 
-PIXELS = np.stack(np.meshgrid(np.arange(SIZE) + 0.5, np.arange(SIZE) + 0.5, indexing="xy"),
-                  -1).reshape(-1, 2)  # pixel centres (x, y), row-major
+PIXELS = np.stack(
+    np.meshgrid(np.arange(SIZE) + 0.5, np.arange(SIZE) + 0.5, indexing="xy"), -1
+).reshape(-1, 2)  # pixel centres (x, y), row-major
 
 
 def ink(digit: int, p: RenderParams) -> np.ndarray:
@@ -128,8 +129,7 @@ def ink(digit: int, p: RenderParams) -> np.ndarray:
     x, y = seg[..., 0], seg[..., 1]
     x = x - 2 + p.slant * (3 - y)
     y = y - 3
-    seg = np.stack((SIZE / 2 + p.dx + p.scale * UNIT * x,
-                    SIZE / 2 + p.dy + p.scale * UNIT * y), -1)
+    seg = np.stack((SIZE / 2 + p.dx + p.scale * UNIT * x, SIZE / 2 + p.dy + p.scale * UNIT * y), -1)
     d = segment_distance(PIXELS, seg)
     return np.clip(p.width / 2 + 0.5 - d, 0, 1).reshape(SIZE, SIZE)
 
@@ -148,6 +148,7 @@ def render(digit: int, params: RenderParams) -> Tensor:
 
 # -- the two distributions -----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Ranges:
     """The parameter ranges of one split (see the table in the module docstring)."""
@@ -165,12 +166,27 @@ class Ranges:
 TRAIN_BANDS, HELDOUT_BANDS = (0, 2, 4, 6, 8, 10), (1, 3, 5, 7, 9, 11)
 TRAIN_SHIFTS = ((0.0, 1.0), (2.0, 3.5))
 RANGES: dict[str, Ranges] = {
-    "train": Ranges(shift=TRAIN_SHIFTS, other_shift=TRAIN_SHIFTS, hue_bands=TRAIN_BANDS,
-                    intensity=(0.75, 1.0), noise=(0.0, 0.05)),
-    "heldout": Ranges(shift=((1.25, 1.75),), other_shift=((0.0, 3.5),),
-                      hue_bands=HELDOUT_BANDS, intensity=(0.6, 0.72), noise=(0.06, 0.08)),
-    "far": Ranges(shift=((4.0, 5.0),), other_shift=((4.0, 5.0),), hue_bands=HELDOUT_BANDS,
-                  intensity=(0.6, 0.72), noise=(0.06, 0.08)),
+    "train": Ranges(
+        shift=TRAIN_SHIFTS,
+        other_shift=TRAIN_SHIFTS,
+        hue_bands=TRAIN_BANDS,
+        intensity=(0.75, 1.0),
+        noise=(0.0, 0.05),
+    ),
+    "heldout": Ranges(
+        shift=((1.25, 1.75),),
+        other_shift=((0.0, 3.5),),
+        hue_bands=HELDOUT_BANDS,
+        intensity=(0.6, 0.72),
+        noise=(0.06, 0.08),
+    ),
+    "far": Ranges(
+        shift=((4.0, 5.0),),
+        other_shift=((4.0, 5.0),),
+        hue_bands=HELDOUT_BANDS,
+        intensity=(0.6, 0.72),
+        noise=(0.06, 0.08),
+    ),
 }
 
 
@@ -201,9 +217,18 @@ def sample_params(r: Ranges, rng: np.random.Generator) -> RenderParams:
 
     bright, dark = colour((0.75, 1.0)), colour((0.0, 0.3))
     fg, bg = (bright, dark) if rng.random() < 0.5 else (dark, bright)
-    return RenderParams(width=u(r.width), scale=u(r.scale), slant=u(r.slant), dx=dx, dy=dy,
-                        fg=fg, bg=bg, intensity=u(r.intensity), noise=u(r.noise),
-                        noise_seed=int(rng.integers(2**63)))
+    return RenderParams(
+        width=u(r.width),
+        scale=u(r.scale),
+        slant=u(r.slant),
+        dx=dx,
+        dy=dy,
+        fg=fg,
+        bg=bg,
+        intensity=u(r.intensity),
+        noise=u(r.noise),
+        noise_seed=int(rng.integers(2**63)),
+    )
 
 
 def sample(split: str, index: int, seed: int = 0) -> tuple[Tensor, int]:
@@ -224,6 +249,7 @@ def batch(split: str, start: int, n: int, seed: int = 0) -> tuple[Tensor, Tensor
 
 # -- an optional harder evaluation ---------------------------------------------------------
 
+
 def sklearn_digits() -> tuple[Tensor, Tensor] | None:
     """scikit-learn's 1,797 8x8 handwritten digits as white-on-black 32x32 RGB images, or None
     when scikit-learn is not installed."""
@@ -233,6 +259,7 @@ def sklearn_digits() -> tuple[Tensor, Tensor] | None:
         return None
     data = load_digits()
     small = torch.tensor(data.images, dtype=torch.float32)[:, None] / 16.0  # [N, 1, 8, 8]
-    big = torch.nn.functional.interpolate(small, size=(SIZE, SIZE), mode="bilinear",
-                                          align_corners=False)
+    big = torch.nn.functional.interpolate(
+        small, size=(SIZE, SIZE), mode="bilinear", align_corners=False
+    )
     return big.clamp(0, 1).expand(-1, 3, -1, -1).contiguous(), torch.tensor(data.target)

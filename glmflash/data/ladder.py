@@ -54,8 +54,14 @@ RL_SHARE = 0.3  # of the depth-2 structures; RL also gets half of the held-out-e
 SPLIT_SEED = 2026
 DOCUMENT_DEPTHS = {1: 0.5, 2: 0.45, 3: 0.05}  # depth of a pretraining document's structure
 EXPRESSION_SHARE = 0.5  # share of reference bodies written as one expression (the shortest)
-RUNGS = ("depth1", "depth1_heldout_phrasings", "seen_depth2", "rl_only", "unseen_depth2",
-         "unseen_depth3")
+RUNGS = (
+    "depth1",
+    "depth1_heldout_phrasings",
+    "seen_depth2",
+    "rl_only",
+    "unseen_depth2",
+    "unseen_depth3",
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class Primitive:
 _SMALL, _FACTOR, _CUT = tuple(range(1, 10)), (2, 3, 4, 5), (1, 2, 3, 4)
 _THRESHOLD = tuple(range(10))
 
+# The table stays as written, one primitive a group of lines, read across.
+# fmt: off
 _PRIMITIVE_LIST = (
     # integer -> integer
     Primitive("add", "int", "int", ("add {c} to {v}", "increase {v} by {c}", "raise {v} by {c}"),
@@ -190,10 +198,12 @@ _PRIMITIVE_LIST = (
     Primitive("length", "str", "int", ("take the length of {v}", "count the characters of {v}"),
               "find how many letters {v} has", "len({o})", lambda v, c: len(v), atomic=True),
 )
+# fmt: on
 PRIMITIVES: dict[str, Primitive] = {p.name: p for p in _PRIMITIVE_LIST}
 
 
 # ---------------------------------------------------------------------------- writing a task
+
 
 def evaluate(steps: tuple[str, ...], consts: tuple[int | None, ...], args: tuple) -> Any:
     """The structure's value: each step's fn applied in order."""
@@ -204,8 +214,11 @@ def evaluate(steps: tuple[str, ...], consts: tuple[int | None, ...], args: tuple
     return value
 
 
-def expression(steps: tuple[str, ...], consts: tuple[int | None, ...], args: tuple[str, ...],
-               ) -> str:
+def expression(
+    steps: tuple[str, ...],
+    consts: tuple[int | None, ...],
+    args: tuple[str, ...],
+) -> str:
     """One Python expression for the whole chain, with parentheses around compound operands."""
     text, atomic = args[0], True
     for name, c in zip(steps, consts, strict=True):
@@ -222,8 +235,12 @@ def _indent(lines: list[str]) -> str:
     return "".join(f"    {line}\n" for line in lines)
 
 
-def bodies(steps: tuple[str, ...], consts: tuple[int | None, ...], args: tuple[str, ...],
-           var: str = "result") -> tuple[str, ...]:
+def bodies(
+    steps: tuple[str, ...],
+    consts: tuple[int | None, ...],
+    args: tuple[str, ...],
+    var: str = "result",
+) -> tuple[str, ...]:
     """Every correct body: one expression; step by step through `var`; and, when some step has
     one, step by step in the statement forms."""
     out = [_indent([f"return {expression(steps, consts, args)}"])]
@@ -235,17 +252,21 @@ def bodies(steps: tuple[str, ...], consts: tuple[int | None, ...], args: tuple[s
     if any(PRIMITIVES[s].stmts for s in steps):
         int2 = PRIMITIVES[steps[0]].kind_in == "int2"
         lines = [f"{var} = {first if int2 else args[0]}"]
-        for name, c in list(zip(steps, consts, strict=True))[1 if int2 else 0:]:
+        for name, c in list(zip(steps, consts, strict=True))[1 if int2 else 0 :]:
             p = PRIMITIVES[name]
-            stmt = (p.stmts[0] if p.stmts else f"{{r}} = {p.expr}").format(
-                r=var, c=c, p=var, o=var)
+            stmt = (p.stmts[0] if p.stmts else f"{{r}} = {p.expr}").format(r=var, c=c, p=var, o=var)
             lines += stmt.split("\n")
         out.append(_indent(lines + [f"return {var}"]))
     return tuple(out)
 
 
-def comment(steps: tuple[str, ...], consts: tuple[int | None, ...], args: tuple[str, ...],
-            rng: random.Random, heldout_phrasing: bool = False) -> str:
+def comment(
+    steps: tuple[str, ...],
+    consts: tuple[int | None, ...],
+    args: tuple[str, ...],
+    rng: random.Random,
+    heldout_phrasing: bool = False,
+) -> str:
     """'Add 3 to x, then take the absolute value of the result, then ...'. The first step names
     the argument(s); later steps say "the result" or "it"."""
     parts = []
@@ -263,7 +284,7 @@ def _inputs(kind: str, consts: tuple[int | None, ...], rng: random.Random) -> li
     then random values of moderate size."""
     if kind == "int":
         edges = [0, 1, -1] + [v for c in consts if c is not None for v in (c, c + 1)]
-        values: list[Any] = list(dict.fromkeys(edges))[:N_CASES // 2 + 2]
+        values: list[Any] = list(dict.fromkeys(edges))[: N_CASES // 2 + 2]
         while len(values) < N_CASES:
             v = rng.randint(-30, 30) if rng.random() < 0.7 else rng.randint(-1000, 1000)
             if v not in values:
@@ -279,18 +300,22 @@ def _inputs(kind: str, consts: tuple[int | None, ...], rng: random.Random) -> li
     return [(v,) for v in case_inputs(kind, rng, N_CASES)]
 
 
-def _draw_cases(steps: tuple[str, ...], rng: random.Random,
-                ) -> tuple[tuple[int | None, ...], tuple[Case, ...]] | None:
+def _draw_cases(
+    steps: tuple[str, ...],
+    rng: random.Random,
+) -> tuple[tuple[int | None, ...], tuple[Case, ...]] | None:
     """Random constants and N_CASES cases, or None when the cases all expect one value."""
-    consts = tuple(rng.choice(PRIMITIVES[s].consts) if PRIMITIVES[s].consts else None
-                   for s in steps)
+    consts = tuple(
+        rng.choice(PRIMITIVES[s].consts) if PRIMITIVES[s].consts else None for s in steps
+    )
     kind = PRIMITIVES[steps[0]].kind_in
     cases = tuple(Case(a, evaluate(steps, consts, a)) for a in _inputs(kind, consts, rng))
     return (consts, cases) if len({repr(c.expected) for c in cases}) >= 2 else None
 
 
-def make_ladder_task(structure: Structure, word: str, rng: random.Random,
-                     heldout_phrasing: bool = False) -> CodeTask:
+def make_ladder_task(
+    structure: Structure, word: str, rng: random.Random, heldout_phrasing: bool = False
+) -> CodeTask:
     """The structure with random constants, argument names, comment, reference body (the
     expression with probability EXPRESSION_SHARE, else another of `bodies`) and N_CASES cases,
     named `f_<word>`. Constants and inputs are redrawn until the cases take at least two
@@ -305,8 +330,9 @@ def make_ladder_task(structure: Structure, word: str, rng: random.Random,
         raise ValueError(f"structure {structure.name} gave a constant function {MAX_DRAWS} times")
     args = rng.choice(ARG_PAIRS) if kind == "int2" else (rng.choice(ARG_NAMES[kind]),)
     name = f"{NEUTRAL_PREFIX}_{word}"
-    prompt = (f"# {comment(steps, consts, args, rng, heldout_phrasing)}\n"
-              f"def {name}({', '.join(args)}):\n")
+    prompt = (
+        f"# {comment(steps, consts, args, rng, heldout_phrasing)}\ndef {name}({', '.join(args)}):\n"
+    )
     var = rng.choice([v for v in STEP_VARS if v not in args])
     forms = bodies(steps, consts, args, var)
     reference = forms[0] if rng.random() < EXPRESSION_SHARE else rng.choice(forms[1:])
@@ -314,6 +340,7 @@ def make_ladder_task(structure: Structure, word: str, rng: random.Random,
 
 
 # ---------------------------------------------------------------------------- structures
+
 
 @dataclass(frozen=True)
 class Structure:
@@ -358,8 +385,9 @@ def _varies(steps: tuple[str, ...]) -> bool:
 def _chains(depth: int) -> tuple[tuple[str, ...], ...]:
     """Every chain of `depth` steps that fits and varies, extending those of depth - 1."""
     shorter = _chains(depth - 1) if depth > 1 else ((),)
-    return tuple(c + (p,) for c in shorter for p in PRIMITIVES
-                 if _fits(c + (p,)) and _varies(c + (p,)))
+    return tuple(
+        c + (p,) for c in shorter for p in PRIMITIVES if _fits(c + (p,)) and _varies(c + (p,))
+    )
 
 
 # chains the composition corpus trains, whole or as two consecutive steps of one of its programs
@@ -372,8 +400,11 @@ def all_structures() -> tuple[Structure, ...]:
     primitive occurs in every group's depth 2. The same on every run and machine."""
     for seed in range(SPLIT_SEED, SPLIT_SEED + 100):
         out = _grouped(random.Random(seed))
-        if all({p for s in out if s.group == g and len(s.steps) == 2 for p in s.steps}
-               == set(PRIMITIVES) for g in ("pretrain", "rl", "heldout")):
+        if all(
+            {p for s in out if s.group == g and len(s.steps) == 2 for p in s.steps}
+            == set(PRIMITIVES)
+            for g in ("pretrain", "rl", "heldout")
+        ):
             return out
     raise AssertionError("no split covers every primitive; change the shares")
 
@@ -384,15 +415,21 @@ def _grouped(rng: random.Random) -> tuple[Structure, ...]:
     rng.shuffle(depth2)
     out += [Structure(">".join(c), c, "pretrain") for c in _chains(2) if c in _TAUGHT]
     n_pre, n_rl = round(PRETRAIN_SHARE * len(depth2)), round(RL_SHARE * len(depth2))
-    out += [Structure(">".join(c), c, "pretrain" if i < n_pre else "rl" if i < n_pre + n_rl
-                      else "heldout") for i, c in enumerate(depth2)]
+    out += [
+        Structure(
+            ">".join(c), c, "pretrain" if i < n_pre else "rl" if i < n_pre + n_rl else "heldout"
+        )
+        for i, c in enumerate(depth2)
+    ]
     depth3 = list(_chains(3))
     rng.shuffle(depth3)
     trained = [c for c in depth3 if c in _TAUGHT]
     rest = [c for c in depth3 if c not in _TAUGHT]
     out += [Structure(">".join(c), c, "pretrain") for c in trained]
-    out += [Structure(">".join(c), c, "rl" if i < len(rest) // 2 else "heldout")
-            for i, c in enumerate(rest)]
+    out += [
+        Structure(">".join(c), c, "rl" if i < len(rest) // 2 else "heldout")
+        for i, c in enumerate(rest)
+    ]
     return tuple(out)
 
 
@@ -403,8 +440,11 @@ GROUPS = ("pretrain", "rl", "heldout")
 def structures(group: str | None = None, depth: int | None = None) -> tuple[Structure, ...]:
     if group is not None and group not in GROUPS:
         raise ValueError(f"unknown group {group!r}; choose from {', '.join(GROUPS)}")
-    return tuple(s for s in all_structures()
-                 if (group is None or s.group == group) and (depth is None or s.depth == depth))
+    return tuple(
+        s
+        for s in all_structures()
+        if (group is None or s.group == group) and (depth is None or s.depth == depth)
+    )
 
 
 def rung_structures(rung: str) -> tuple[Structure, ...]:
@@ -424,6 +464,7 @@ def rung_structures(rung: str) -> tuple[Structure, ...]:
 
 # ---------------------------------------------------------------------------- task sets
 
+
 def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
     """`n` tasks of `rung` named from `split`: the rung's structures in a shuffled cycle, so
     every structure is used before any repeats; distinct names."""
@@ -438,8 +479,14 @@ def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
         if word in seen:
             continue
         seen.add(word)
-        out.append(make_ladder_task(order[len(out) % len(order)], word, rng,
-                                    heldout_phrasing=rung == "depth1_heldout_phrasings"))
+        out.append(
+            make_ladder_task(
+                order[len(out) % len(order)],
+                word,
+                rng,
+                heldout_phrasing=rung == "depth1_heldout_phrasings",
+            )
+        )
     return out
 
 
@@ -454,12 +501,12 @@ def ladder_document(index: int, seed: int, split: str = "train") -> str:
     lines showing calls."""
     rng = rng_for("ladder_document", split, seed, index)
     depth = rng.choices(list(DOCUMENT_DEPTHS), weights=list(DOCUMENT_DEPTHS.values()))[0]
-    task = make_ladder_task(rng.choice(structures("pretrain", depth)), random_name(rng, split),
-                            rng)
+    task = make_ladder_task(rng.choice(structures("pretrain", depth)), random_name(rng, split), rng)
     text = task.prompt + task.reference
     if rng.random() < USAGE_PROB:
         shown = rng.sample(task.task.cases, rng.randint(1, 3))
         calls = (f"{task.name}({', '.join(repr(a) for a in c.args)})" for c in shown)
-        text += "\n" + "".join(f"assert {call} == {c.expected!r}\n"
-                               for call, c in zip(calls, shown, strict=True))
+        text += "\n" + "".join(
+            f"assert {call} == {c.expected!r}\n" for call, c in zip(calls, shown, strict=True)
+        )
     return text

@@ -42,8 +42,11 @@ def _usable_files() -> tuple[str, ...]:
         rel_dir = Path(directory).relative_to(root)
         for name in names:
             path = Path(directory, name)
-            if name.endswith(".py") and path.is_file() and (
-                    MIN_BYTES <= path.stat().st_size <= MAX_BYTES):
+            if (
+                name.endswith(".py")
+                and path.is_file()
+                and (MIN_BYTES <= path.stat().st_size <= MAX_BYTES)
+            ):
                 found.append((rel_dir / name).as_posix())
     return tuple(sorted(found))
 
@@ -71,4 +74,4 @@ def stdlib_document(index: int, seed: int, split: str = "train") -> str:
     rng = rng_for("stdlib", split, seed, index)
     text = read_source(files[rng.randrange(len(files))])
     start = text.rfind("\n", 0, rng.randrange(len(text))) + 1  # rfind() == -1 gives 0
-    return text[start:start + WINDOW_CHARS]
+    return text[start : start + WINDOW_CHARS]

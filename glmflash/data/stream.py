@@ -30,8 +30,9 @@ LADDER_SHARE = 0.8  # share of the tasks corpus's documents that are ladder task
 class PackedStream:
     """Batches of packed rows, each row a pure function of (seed, global row number)."""
 
-    def __init__(self, doc_fn: DocFn, seq_len: int, seed: int = 0, rank: int = 0,
-                 world_size: int = 1) -> None:
+    def __init__(
+        self, doc_fn: DocFn, seq_len: int, seed: int = 0, rank: int = 0, world_size: int = 1
+    ) -> None:
         if seq_len < 1:
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         if not 0 <= rank < world_size:
@@ -46,7 +47,7 @@ class PackedStream:
         """Global row g: seq_len + 1 tokens."""
         rng = rng_for("row", self.seed, g)
         ids = self.document_ids(rng.getrandbits(63))
-        out = ids[rng.randrange(len(ids)):]
+        out = ids[rng.randrange(len(ids)) :]
         while len(out) <= self.seq_len:
             out += self.document_ids(rng.getrandbits(63))
         return out[: self.seq_len + 1]
@@ -54,21 +55,24 @@ class PackedStream:
     def local_rows(self, batch_size: int) -> range:
         """This rank's row numbers within a global batch of `batch_size` rows."""
         if batch_size % self.world_size:
-            raise ValueError(f"global batch_size {batch_size} is not divisible by world_size "
-                             f"{self.world_size}")
+            raise ValueError(
+                f"global batch_size {batch_size} is not divisible by world_size {self.world_size}"
+            )
         per_rank = batch_size // self.world_size
         return range(self.rank * per_rank, (self.rank + 1) * per_rank)
 
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's slice of global batch `step`: inputs and next-token targets, each
         [batch_size / world_size, seq_len] int64, targets[:, t] = inputs[:, t + 1]."""
-        rows = torch.tensor([self.row(step * batch_size + b) for b in self.local_rows(batch_size)],
-                            dtype=torch.long)
+        rows = torch.tensor(
+            [self.row(step * batch_size + b) for b in self.local_rows(batch_size)], dtype=torch.long
+        )
         return rows[:, :-1], rows[:, 1:]
 
 
-def mix_document(index: int, corpora: Mapping[str, DocFn], weights: Mapping[str, float],
-                 seed: int) -> str:
+def mix_document(
+    index: int, corpora: Mapping[str, DocFn], weights: Mapping[str, float], seed: int
+) -> str:
     """A document of a corpus picked with probability proportional to its weight."""
     rng = rng_for("mix", seed, index)
     names = list(weights)
@@ -84,8 +88,9 @@ def tasks_document(index: int, seed: int, split: str = "train") -> str:
     return code_tasks.task_document(index, seed, split)
 
 
-def make_corpus(name: str, seed: int = 0, split: str = "train",
-                weights: Mapping[str, float] | None = None) -> DocFn:
+def make_corpus(
+    name: str, seed: int = 0, split: str = "train", weights: Mapping[str, float] | None = None
+) -> DocFn:
     """The document function of corpus `name`, index -> text.
 
     split "train" is what training reads; "eval" is its held-out counterpart: dev-split
@@ -104,16 +109,21 @@ def make_corpus(name: str, seed: int = 0, split: str = "train",
         return functools.partial(tasks_document, seed=seed, split="dev" if held_out else "train")
     if name == "compositions":
         structures = compositions.HELDOUT_STRUCTURES if held_out else compositions.TRAIN_STRUCTURES
-        return functools.partial(compositions.composition_document, seed=seed,
-                                 structures=structures)
+        return functools.partial(
+            compositions.composition_document, seed=seed, structures=structures
+        )
     if name == "stdlib":
-        return functools.partial(stdlib.stdlib_document, seed=seed,
-                                 split="heldout" if held_out else "train")
+        return functools.partial(
+            stdlib.stdlib_document, seed=seed, split="heldout" if held_out else "train"
+        )
     weights = dict(MIX_WEIGHTS if weights is None else weights)
     unknown = set(weights) - set(CORPORA[:-1])
     if unknown or not weights or min(weights.values()) < 0 or sum(weights.values()) <= 0:
-        raise ValueError(f"mix weights must be non-negative over {CORPORA[:-1]} with a positive "
-                         f"sum, got {weights}")
+        raise ValueError(
+            f"mix weights must be non-negative over {CORPORA[:-1]} with a positive "
+            f"sum, got {weights}"
+        )
     parts = {n: make_corpus(n, seed, split) for n in weights if weights[n] > 0}
-    return functools.partial(mix_document, corpora=parts,
-                             weights={n: weights[n] for n in parts}, seed=seed)
+    return functools.partial(
+        mix_document, corpora=parts, weights={n: weights[n] for n in parts}, seed=seed
+    )

@@ -45,8 +45,10 @@ class EvalResult:
     def counts(self, families: Sequence[str] | None = None) -> list[float]:
         """[solved, n] over `families` (all by default): the 'k of n' of a results table."""
         fams = families or list(self.per_family)
-        return [round(sum(self.per_family[f][0] for f in fams), 4),
-                int(sum(self.per_family[f][1] for f in fams))]
+        return [
+            round(sum(self.per_family[f][0] for f in fams), 4),
+            int(sum(self.per_family[f][1] for f in fams)),
+        ]
 
     def passing_samples(self) -> dict[str, list[int]]:
         """group -> [passing samples, samples]: the per-sample pass rate behind pass@k."""
@@ -58,9 +60,15 @@ class EvalResult:
         return out
 
     def to_json(self, with_records: bool = True) -> dict[str, Any]:
-        data = {"mode": self.mode, "k": self.k, "n_samples": self.n_samples,
-                "pass_rate": self.pass_rate, "solved": self.counts(),
-                "per_family": self.per_family, "passing_samples": self.passing_samples()}
+        data = {
+            "mode": self.mode,
+            "k": self.k,
+            "n_samples": self.n_samples,
+            "pass_rate": self.pass_rate,
+            "solved": self.counts(),
+            "per_family": self.per_family,
+            "passing_samples": self.passing_samples(),
+        }
         if with_records:
             data["records"] = self.records
         return data
@@ -71,10 +79,19 @@ def completion_source(task: CodeTask, completion: str) -> str:
     return task.prompt + completion
 
 
-def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "greedy",
-                   samples: int = 8, k: int | None = None, temperature: float = 0.8,
-                   top_p: float = 1.0, seed: int = 0, max_new_tokens: int = MAX_NEW_TOKENS,
-                   groups: Sequence[str] | None = None, min_room: int = 0) -> EvalResult:
+def evaluate_tasks(
+    model: GLMFlash,
+    tasks: Sequence[CodeTask],
+    mode: str = "greedy",
+    samples: int = 8,
+    k: int | None = None,
+    temperature: float = 0.8,
+    top_p: float = 1.0,
+    seed: int = 0,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    groups: Sequence[str] | None = None,
+    min_room: int = 0,
+) -> EvalResult:
     """Greedy pass@1 (mode 'greedy') or sampled pass@k over `samples` draws per task, scored
     per group: `groups[i]` labels task i (default: its family; a ladder rung, say).
 
@@ -94,15 +111,21 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
         raise ValueError(f"{len(labels)} group labels for {len(tasks)} tasks")
     keep = model.cfg.context - 1 - min_room if min_room > 0 else None  # 1: BOS
     if keep is not None and keep < 1:
-        raise ValueError(f"min_room {min_room} leaves no room for a prompt in a context of "
-                         f"{model.cfg.context}")
+        raise ValueError(
+            f"min_room {min_room} leaves no room for a prompt in a context of {model.cfg.context}"
+        )
     encoded = [tok.encode(t.prompt) for t in tasks] if keep else [[] for _ in tasks]
     cut = [keep is not None and len(ids) > keep for ids in encoded]
     shown = [ids[-keep:] if c else t.prompt for t, ids, c in zip(tasks, encoded, cut, strict=True)]
     prompts = [p for p in shown for _ in range(n)]
-    completions = generate(model, prompts, max_new_tokens=max_new_tokens,
-                           temperature=0.0 if mode == "greedy" else temperature, top_p=top_p,
-                           seed=seed)
+    completions = generate(
+        model,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=0.0 if mode == "greedy" else temperature,
+        top_p=top_p,
+        seed=seed,
+    )
     owners = [(t, g) for t, g in zip(tasks, labels, strict=True) for _ in range(n)]
     sources = [completion_source(t, c.text) for (t, _), c in zip(owners, completions, strict=True)]
     verdicts = verify_many(sources, [t.task for t, _ in owners])
@@ -110,10 +133,21 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
     passed: dict[int, int] = defaultdict(int)
     for i, ((t, g), c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
         passed[i // n] += v.status == "pass"
-        result.records.append({"group": g, "family": t.family, "name": t.name, "prompt": t.prompt,
-                               "completion": c.text, "stop": c.stop, "status": v.status,
-                               "passed": v.passed, "total": v.total, "reason": v.reason,
-                               "prompt_cut": cut[i // n]})
+        result.records.append(
+            {
+                "group": g,
+                "family": t.family,
+                "name": t.name,
+                "prompt": t.prompt,
+                "completion": c.text,
+                "stop": c.stop,
+                "status": v.status,
+                "passed": v.passed,
+                "total": v.total,
+                "reason": v.reason,
+                "prompt_cut": cut[i // n],
+            }
+        )
     for j, g in enumerate(labels):
         score = pass_at_k(n, passed[j], k)
         entry = result.per_family.setdefault(g, [0.0, 0])
@@ -124,27 +158,43 @@ def evaluate_tasks(model: GLMFlash, tasks: Sequence[CodeTask], mode: str = "gree
 
 # -- command line: glmflash eval -------------------------------------------------------------
 
+
 def add_arguments(p) -> None:
     from glmflash.data.code_tasks import FAMILIES
+
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", choices=("dev", "rl", "confirm"), default="dev")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--per-family", type=int, default=8)
-    p.add_argument("--rungs", nargs="?", const="all", default=None,
-                   help="evaluate the task ladder per rung instead of the families: `all` "
-                        "(the default when the flag is given alone) or names separated by "
-                        "commas; greedy pass@1 and, with --samples > 0, sampled pass@k")
+    p.add_argument(
+        "--rungs",
+        nargs="?",
+        const="all",
+        default=None,
+        help="evaluate the task ladder per rung instead of the families: `all` "
+        "(the default when the flag is given alone) or names separated by "
+        "commas; greedy pass@1 and, with --samples > 0, sampled pass@k",
+    )
     p.add_argument("--per-rung", type=int, default=24, help="tasks per rung")
-    p.add_argument("--tasks", default=None, metavar="FILE.jsonl",
-                   help="evaluate your own tasks: one JSON object a line, {prompt, entry_point, "
-                        "cases: [{args, expected}] or test: 'def check(candidate): ...', "
-                        "group}; scores per group and overall (needs --out)")
-    p.add_argument("--benchmark", choices=("humaneval",), default=None,
-                   help="HumanEval's 164 problems through the sandbox (extra [humaneval]; "
-                        "needs --out)")
-    p.add_argument("--resume", action="store_true",
-                   help="with --tasks or --benchmark: skip the tasks whose records --out "
-                        "already holds")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        metavar="FILE.jsonl",
+        help="evaluate your own tasks: one JSON object a line, {prompt, entry_point, "
+        "cases: [{args, expected}] or test: 'def check(candidate): ...', "
+        "group}; scores per group and overall (needs --out)",
+    )
+    p.add_argument(
+        "--benchmark",
+        choices=("humaneval",),
+        default=None,
+        help="HumanEval's 164 problems through the sandbox (extra [humaneval]; needs --out)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --tasks or --benchmark: skip the tasks whose records --out already holds",
+    )
     p.add_argument("--mode", choices=("greedy", "sample"), default="greedy")
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--k", type=int, default=None, help="k of pass@k (default: --samples)")
@@ -166,11 +216,25 @@ def run_user_tasks(model, todo: list[CodeTask], args) -> dict[str, Any]:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     records = out.with_suffix(".records.jsonl")
-    summary = evaluate_saved(model, todo, records, args.resume, args.mode, args.samples,
-                             args.k, args.temperature, args.top_p, args.seed,
-                             args.max_new_tokens)
-    return {"checkpoint": str(args.checkpoint), "tasks": args.tasks or args.benchmark,
-            **summary, "records": str(records)}
+    summary = evaluate_saved(
+        model,
+        todo,
+        records,
+        args.resume,
+        args.mode,
+        args.samples,
+        args.k,
+        args.temperature,
+        args.top_p,
+        args.seed,
+        args.max_new_tokens,
+    )
+    return {
+        "checkpoint": str(args.checkpoint),
+        "tasks": args.tasks or args.benchmark,
+        **summary,
+        "records": str(records),
+    }
 
 
 def run(args) -> int:
@@ -190,9 +254,12 @@ def run(args) -> int:
         rungs = parse_rungs(args.rungs) if args.rungs is not None else None
         if args.tasks or args.benchmark:
             from glmflash.evaluate.user_tasks import humaneval_tasks, load_tasks
+
             if not args.out:
-                raise ValueError("--tasks and --benchmark need --out FILE.json (records are "
-                                 "saved beside it as they are made)")
+                raise ValueError(
+                    "--tasks and --benchmark need --out FILE.json (records are "
+                    "saved beside it as they are made)"
+                )
             todo = load_tasks(args.tasks) if args.tasks else humaneval_tasks()
             model, _ = load_model(args.checkpoint, resolve_device(args.device))
             summary = run_user_tasks(model, todo, args)
@@ -201,19 +268,44 @@ def run(args) -> int:
             return 0
         model, _ = load_model(args.checkpoint, resolve_device(args.device))
         if rungs is not None:
-            results = evaluate_rungs(model, rungs, args.split, args.per_rung, args.seed,
-                                     args.samples, args.k, args.temperature, args.max_new_tokens)
+            results = evaluate_rungs(
+                model,
+                rungs,
+                args.split,
+                args.per_rung,
+                args.seed,
+                args.samples,
+                args.k,
+                args.temperature,
+                args.max_new_tokens,
+            )
         else:
-            todo = tasks(args.split, [f for f in args.families.split(",") if f],
-                         per_family=args.per_family, seed=args.seed)
-            result = evaluate_tasks(model, todo, args.mode, args.samples, args.k,
-                                    args.temperature, args.top_p, args.seed, args.max_new_tokens)
+            todo = tasks(
+                args.split,
+                [f for f in args.families.split(",") if f],
+                per_family=args.per_family,
+                seed=args.seed,
+            )
+            result = evaluate_tasks(
+                model,
+                todo,
+                args.mode,
+                args.samples,
+                args.k,
+                args.temperature,
+                args.top_p,
+                args.seed,
+                args.max_new_tokens,
+            )
     except (CheckpointError, ValueError, FileNotFoundError) as e:
         raise CLIError(str(e)) from None
     if rungs is not None:
-        data = {"checkpoint": str(args.checkpoint), "split": args.split,
-                "rungs": rung_table(results),
-                **{mode: r.to_json() for mode, r in results.items()}}
+        data = {
+            "checkpoint": str(args.checkpoint),
+            "split": args.split,
+            "rungs": rung_table(results),
+            **{mode: r.to_json() for mode, r in results.items()},
+        }
         summary = {k: v for k, v in data.items() if k not in ("greedy", "sampled")}
     else:
         data = {"checkpoint": str(args.checkpoint), "split": args.split, **result.to_json()}

@@ -22,8 +22,9 @@ IntLike = int | Sequence[int] | np.ndarray
 def _counts(x: IntLike, name: str) -> np.ndarray:
     """x as an int64 array; raises ValueError unless every entry is a non-negative integer."""
     arr = np.asarray(x)
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
-                                 or np.issubdtype(arr.dtype, np.floating)):
+    if arr.dtype == bool or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
     if not np.all(np.isfinite(arr)) or not np.all(arr == np.floor(arr)):
         raise ValueError(f"{name} must hold integers, got {x!r}")

@@ -18,8 +18,11 @@ from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks
 from glmflash.evaluate.coding import MAX_NEW_TOKENS, EvalResult, evaluate_tasks
 from glmflash.model.lm import GLMFlash
 
-SEED_RUNGS = {"seed_families": "family", "seed_neutral_names": "neutral",
-              "seed_misleading_names": "misleading"}  # rung -> name style
+SEED_RUNGS = {
+    "seed_families": "family",
+    "seed_neutral_names": "neutral",
+    "seed_misleading_names": "misleading",
+}  # rung -> name style
 RUNGS: tuple[str, ...] = (*ladder.RUNGS, *SEED_RUNGS)
 HELDOUT_RUNGS = ("depth1_heldout_phrasings", "unseen_depth2", "unseen_depth3")
 
@@ -31,8 +34,10 @@ def parse_rungs(text: str) -> tuple[str, ...]:
     names = tuple(r.strip() for r in text.split(",") if r.strip())
     unknown = [r for r in names if r not in RUNGS]
     if unknown or not names:
-        raise ValueError(f"unknown rung {', '.join(unknown) or '(none given)'}; choose from "
-                         f"all, {', '.join(RUNGS)}")
+        raise ValueError(
+            f"unknown rung {', '.join(unknown) or '(none given)'}; choose from "
+            f"all, {', '.join(RUNGS)}"
+        )
     return names
 
 
@@ -45,20 +50,38 @@ def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
     return ladder.rung_tasks(rung, split, n, seed)
 
 
-def evaluate_rungs(model: GLMFlash, rungs: Sequence[str], split: str = "confirm",
-                   per_rung: int = 24, seed: int = 0, samples: int = 0, k: int | None = None,
-                   temperature: float = 0.8, max_new_tokens: int = MAX_NEW_TOKENS,
-                   ) -> dict[str, EvalResult]:
+def evaluate_rungs(
+    model: GLMFlash,
+    rungs: Sequence[str],
+    split: str = "confirm",
+    per_rung: int = 24,
+    seed: int = 0,
+    samples: int = 0,
+    k: int | None = None,
+    temperature: float = 0.8,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+) -> dict[str, EvalResult]:
     """Greedy pass@1 per rung, and sampled pass@k over `samples` draws when samples > 0, as
     EvalResults grouped by rung (`result.per_family[rung]` is [solved, n])."""
     todo = [(r, t) for r in rungs for t in rung_tasks(r, split, per_rung, seed)]
     labels, tasks = [r for r, _ in todo], [t for _, t in todo]
-    out = {"greedy": evaluate_tasks(model, tasks, "greedy", max_new_tokens=max_new_tokens,
-                                    groups=labels)}
+    out = {
+        "greedy": evaluate_tasks(
+            model, tasks, "greedy", max_new_tokens=max_new_tokens, groups=labels
+        )
+    }
     if samples:
-        out["sampled"] = evaluate_tasks(model, tasks, "sample", samples, k, temperature,
-                                        seed=seed, max_new_tokens=max_new_tokens,
-                                        groups=labels)
+        out["sampled"] = evaluate_tasks(
+            model,
+            tasks,
+            "sample",
+            samples,
+            k,
+            temperature,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+            groups=labels,
+        )
     return out
 
 

@@ -48,8 +48,10 @@ class Comparison:
     n: int  # pairs
 
     def __str__(self) -> str:
-        return (f"{self.mean_a:.4g} -> {self.mean_b:.4g}, difference {self.difference}, "
-                f"p = {self.p:.3g}, {self.seeds_agree}/{self.n} seeds agree")
+        return (
+            f"{self.mean_a:.4g} -> {self.mean_b:.4g}, difference {self.difference}, "
+            f"p = {self.p:.3g}, {self.seeds_agree}/{self.n} seeds agree"
+        )
 
 
 def _sample(x: ArrayLike, name: str) -> np.ndarray:
@@ -76,8 +78,9 @@ def _check_resampling(n_resamples: int, confidence: float) -> None:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
 
 
-def bootstrap_mean(x: ArrayLike, n_resamples: int = 10_000, confidence: float = 0.95,
-                   seed: int = 0) -> Interval:
+def bootstrap_mean(
+    x: ArrayLike, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> Interval:
     """The mean of x with a percentile bootstrap interval.
 
     Each resample draws len(x) values with replacement; the interval is the
@@ -87,16 +90,20 @@ def bootstrap_mean(x: ArrayLike, n_resamples: int = 10_000, confidence: float = 
     _check_resampling(n_resamples, confidence)
     rng = np.random.default_rng(seed)
     rows = max(1, _BLOCK // x.size)
-    means = np.concatenate([
-        x[rng.integers(0, x.size, size=(min(rows, n_resamples - start), x.size))].mean(axis=1)
-        for start in range(0, n_resamples, rows)])
+    means = np.concatenate(
+        [
+            x[rng.integers(0, x.size, size=(min(rows, n_resamples - start), x.size))].mean(axis=1)
+            for start in range(0, n_resamples, rows)
+        ]
+    )
     alpha = 1.0 - confidence
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return Interval(float(x.mean()), float(low), float(high), confidence)
 
 
-def paired_bootstrap(a: ArrayLike, b: ArrayLike, n_resamples: int = 10_000,
-                     confidence: float = 0.95, seed: int = 0) -> Interval:
+def paired_bootstrap(
+    a: ArrayLike, b: ArrayLike, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> Interval:
     """Mean difference b - a with a percentile bootstrap interval, resampling whole pairs.
 
     Resampling pairs (a_i, b_i) together is resampling the differences d_i = b_i - a_i,
@@ -113,8 +120,13 @@ def _signed_sums(d: np.ndarray) -> np.ndarray:
     return sums
 
 
-def sign_flip_test(a: ArrayLike, b: ArrayLike, n_resamples: int = SIGN_FLIP_RESAMPLES,
-                   seed: int = 0, exact_max_n: int = EXACT_SIGN_FLIP_MAX_N) -> float:
+def sign_flip_test(
+    a: ArrayLike,
+    b: ArrayLike,
+    n_resamples: int = SIGN_FLIP_RESAMPLES,
+    seed: int = 0,
+    exact_max_n: int = EXACT_SIGN_FLIP_MAX_N,
+) -> float:
     """Two-sided paired permutation test of the mean difference, by flipping signs.
 
     Under H0 (the arms are exchangeable within each pair) every d_i = b_i - a_i is equally
@@ -192,8 +204,9 @@ def seeds_agree(a: ArrayLike, b: ArrayLike) -> tuple[int, int]:
     return k, d.size
 
 
-def proportion_interval(k: int, n: int, confidence: float = 0.95,
-                        method: str = "clopper-pearson") -> Interval:
+def proportion_interval(
+    k: int, n: int, confidence: float = 0.95, method: str = "clopper-pearson"
+) -> Interval:
     """k passes of n trials: the rate k/n with a Clopper-Pearson (exact) or Wilson interval.
 
     Clopper-Pearson inverts the two one-sided binomial tests and never under-covers;
@@ -210,18 +223,25 @@ def proportion_interval(k: int, n: int, confidence: float = 0.95,
     return Interval(k / n, float(ci.low), float(ci.high), confidence)
 
 
-def compare(a: ArrayLike, b: ArrayLike, n_resamples: int = 10_000, confidence: float = 0.95,
-            seed: int = 0) -> Comparison:
+def compare(
+    a: ArrayLike, b: ArrayLike, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> Comparison:
     """Everything a report line needs about arm b against arm a over paired seeds."""
     d = _differences(a, b)
     k, n = seeds_agree(a, b)
-    return Comparison(mean_a=float(np.mean(a)), mean_b=float(np.mean(b)),
-                      difference=bootstrap_mean(d, n_resamples, confidence, seed),
-                      p=sign_flip_test(a, b, seed=seed), seeds_agree=k, n=n)
+    return Comparison(
+        mean_a=float(np.mean(a)),
+        mean_b=float(np.mean(b)),
+        difference=bootstrap_mean(d, n_resamples, confidence, seed),
+        p=sign_flip_test(a, b, seed=seed),
+        seeds_agree=k,
+        n=n,
+    )
 
 
-def hierarchical_bootstrap_means(groups: Sequence[ArrayLike], n_resamples: int = 10_000,
-                                 seed: int = 0) -> np.ndarray:
+def hierarchical_bootstrap_means(
+    groups: Sequence[ArrayLike], n_resamples: int = 10_000, seed: int = 0
+) -> np.ndarray:
     """Resampled grand means of two-level data (seeds, then tasks within a seed).
 
     Each resample draws S = len(groups) seeds with replacement and, for each drawn seed,
@@ -243,8 +263,9 @@ def hierarchical_bootstrap_means(groups: Sequence[ArrayLike], n_resamples: int =
     return means.mean(axis=1)
 
 
-def hierarchical_bootstrap(groups: Sequence[ArrayLike], n_resamples: int = 10_000,
-                           confidence: float = 0.95, seed: int = 0) -> Interval:
+def hierarchical_bootstrap(
+    groups: Sequence[ArrayLike], n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> Interval:
     """The mean of the group means with a percentile interval from
     `hierarchical_bootstrap_means`."""
     _check_resampling(n_resamples, confidence)

@@ -33,15 +33,16 @@ def _task(item: dict, where: str) -> CodeTask:
         raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     if ("cases" in item) == ("test" in item):
         raise ValueError(f"{where}: give either 'cases' or 'test'")
-    spec = {"entry_point": item.get("entry_point"), **{k: item[k] for k in ("cases", "test")
-                                                        if k in item}}
+    spec = {
+        "entry_point": item.get("entry_point"),
+        **{k: item[k] for k in ("cases", "test") if k in item},
+    }
     try:
         task = task_from_json(spec)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     name = str(item.get("id", where.rsplit(":", 1)[-1]))
-    return CodeTask(family=group, name=name, prompt=item["prompt"], arg="", task=task,
-                    reference="")
+    return CodeTask(family=group, name=name, prompt=item["prompt"], arg="", task=task, reference="")
 
 
 def load_tasks(path: str | Path) -> list[CodeTask]:
@@ -73,19 +74,36 @@ def humaneval_tasks() -> list[CodeTask]:
     """HumanEval's problems as test-code tasks (the prompt: imports, signature, docstring)."""
     from glmflash.verify import humaneval
 
-    return [CodeTask(family="humaneval", name=p["task_id"], prompt=p["prompt"], arg="",
-                     task=CheckTask(p["entry_point"], p["test"]), reference="")
-            for p in humaneval.problems()]
+    return [
+        CodeTask(
+            family="humaneval",
+            name=p["task_id"],
+            prompt=p["prompt"],
+            arg="",
+            task=CheckTask(p["entry_point"], p["test"]),
+            reference="",
+        )
+        for p in humaneval.problems()
+    ]
 
 
 MIN_ROOM = 32  # tokens of context a long prompt's cut leaves the model to answer in
 CHUNK = 16  # tasks evaluated between saves of their records
 
 
-def evaluate_saved(model, tasks: list[CodeTask], records_path: Path, resume: bool,
-                   mode: str = "greedy", samples: int = 8, k: int | None = None,
-                   temperature: float = 0.8, top_p: float = 1.0, seed: int = 0,
-                   max_new_tokens: int = 128) -> dict[str, Any]:
+def evaluate_saved(
+    model,
+    tasks: list[CodeTask],
+    records_path: Path,
+    resume: bool,
+    mode: str = "greedy",
+    samples: int = 8,
+    k: int | None = None,
+    temperature: float = 0.8,
+    top_p: float = 1.0,
+    seed: int = 0,
+    max_new_tokens: int = 128,
+) -> dict[str, Any]:
     """Evaluate `tasks` CHUNK at a time, appending every record (with its task's id) to
     `records_path` as each chunk finishes; with `resume`, tasks whose records are there are
     not evaluated again. Scores come from the saved records: greedy pass@1 or pass@k per group
@@ -107,15 +125,25 @@ def evaluate_saved(model, tasks: list[CodeTask], records_path: Path, resume: boo
     elif records_path.exists():
         records_path.unlink()
     todo = [t for t in tasks if t.name not in saved]
-    progress = Progress(len(tasks), len(tasks) - len(todo), unit="task", desc="eval",
-                        every_s=0.0)
+    progress = Progress(len(tasks), len(tasks) - len(todo), unit="task", desc="eval", every_s=0.0)
     for start in range(0, len(todo), CHUNK):
-        chunk = todo[start: start + CHUNK]
-        result = evaluate_tasks(model, chunk, mode, samples, k, temperature, top_p,
-                                derive_seed("eval", seed, chunk[0].name), max_new_tokens,
-                                min_room=MIN_ROOM)
-        rows = [{"id": t.name, **r} for t, r in zip((t for t in chunk for _ in range(n)),
-                                                    result.records, strict=True)]
+        chunk = todo[start : start + CHUNK]
+        result = evaluate_tasks(
+            model,
+            chunk,
+            mode,
+            samples,
+            k,
+            temperature,
+            top_p,
+            derive_seed("eval", seed, chunk[0].name),
+            max_new_tokens,
+            min_room=MIN_ROOM,
+        )
+        rows = [
+            {"id": t.name, **r}
+            for t, r in zip((t for t in chunk for _ in range(n)), result.records, strict=True)
+        ]
         with open(records_path, "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
         for r in rows:
@@ -129,7 +157,13 @@ def evaluate_saved(model, tasks: list[CodeTask], records_path: Path, resume: boo
         entry[0] += score
         entry[1] += 1
     overall = [sum(v[0] for v in per_group.values()), len(tasks)]
-    return {"mode": mode, "k": k, "n_samples": n, "per_group": per_group, "overall": overall,
-            "pass_rate": overall[0] / overall[1],
-            "prompts_cut": sum(saved[t.name][0]["prompt_cut"] for t in tasks),
-            "evaluated_now": len(todo)}
+    return {
+        "mode": mode,
+        "k": k,
+        "n_samples": n,
+        "per_group": per_group,
+        "overall": overall,
+        "pass_rate": overall[0] / overall[1],
+        "prompts_cut": sum(saved[t.name][0]["prompt_cut"] for t in tasks),
+        "evaluated_now": len(todo),
+    }

@@ -42,25 +42,59 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
 def add_arguments(p) -> None:
     p.add_argument("name", help="the experiment, e.g. data-diversity or curriculum")
     p.add_argument("--out", required=True, help="results folder; runs go to OUT/NAME/runs")
-    p.add_argument("--seeds", default=None,
-                   help="paired seeds, e.g. 0,1,2 or 0-9 (default: the experiment's own)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="worker processes, one thread each (default 1: in this process)")
-    p.add_argument("--resume", action="store_true",
-                   help="skip runs already finished in OUT/NAME; retry failed ones")
-    p.add_argument("--quick", action="store_true",
-                   help="a short check of the pipeline: fewer seeds, shortened runs")
-    p.add_argument("--module", action="append", default=[], metavar="MODULE_OR_FILE",
-                   help="import this module or .py file first, for the experiments it defines")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="replace a setting of every condition, e.g. --set init=runs/ckpt")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local: this machine's processes; ray: one Ray task per run "
-                        "(extra [ray]), on a local instance or the cluster at --address")
-    p.add_argument("--address", default=None,
-                   help="Ray cluster address (e.g. HEAD_IP:6379 after `ray start --head`)")
-    p.add_argument("--gpus-per-run", type=float, default=0.0,
-                   help="GPUs each Ray task reserves (default 0: one CPU each)")
+    p.add_argument(
+        "--seeds",
+        default=None,
+        help="paired seeds, e.g. 0,1,2 or 0-9 (default: the experiment's own)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes, one thread each (default 1: in this process)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip runs already finished in OUT/NAME; retry failed ones",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short check of the pipeline: fewer seeds, shortened runs",
+    )
+    p.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="import this module or .py file first, for the experiments it defines",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace a setting of every condition, e.g. --set init=runs/ckpt",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this machine's processes; ray: one Ray task per run "
+        "(extra [ray]), on a local instance or the cluster at --address",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address (e.g. HEAD_IP:6379 after `ray start --head`)",
+    )
+    p.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=0.0,
+        help="GPUs each Ray task reserves (default 0: one CPU each)",
+    )
     p.add_argument("--no-report", action="store_true", help="do not write the report")
 
 
@@ -74,16 +108,26 @@ def run(args) -> int:
             registry.load_module(module)
         experiment = registry.get(args.name)
         seeds = parse_seeds(args.seeds) if args.seeds else None
-        summary = run_experiment(experiment, Path(args.out), seeds=seeds, workers=args.workers,
-                                 resume=args.resume, quick=args.quick,
-                                 overrides=parse_settings(args.set), backend=args.backend,
-                                 address=args.address, gpus_per_run=args.gpus_per_run)
+        summary = run_experiment(
+            experiment,
+            Path(args.out),
+            seeds=seeds,
+            workers=args.workers,
+            resume=args.resume,
+            quick=args.quick,
+            overrides=parse_settings(args.set),
+            backend=args.backend,
+            address=args.address,
+            gpus_per_run=args.gpus_per_run,
+        )
         if not args.no_report:
             print(write_report(summary.folder))
     except (RunnerError, ReportError, ValueError) as e:
         raise CLIError(str(e)) from None
     if summary.failed:
-        print(f"{summary.failed} run(s) failed; see the 'error' field of their files under "
-              f"{summary.folder / 'runs'}; rerun with --resume to retry them")
+        print(
+            f"{summary.failed} run(s) failed; see the 'error' field of their files under "
+            f"{summary.folder / 'runs'}; rerun with --resume to retry them"
+        )
         return 1
     return 0

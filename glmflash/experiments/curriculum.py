@@ -18,22 +18,35 @@ import dataclasses
 from glmflash.experiments.registry import Experiment, register
 from glmflash.experiments.small_lm import SmallRun, train_and_evaluate
 
-SCHEDULE_OF = {"repeated": "repeated", "curriculum": "curriculum", "interleaved": "diverse",
-               "blocked": "blocked"}
+SCHEDULE_OF = {
+    "repeated": "repeated",
+    "curriculum": "curriculum",
+    "interleaved": "diverse",
+    "blocked": "blocked",
+}
 
-EXPERIMENT = register(Experiment(
-    name="curriculum",
-    description=("Curriculum (8 then 88 structures) vs diverse interleaved vs diverse blocked "
-                 "(one structure per batch, in order) vs 8 repeated, 200 updates, 10 paired "
-                 "seeds; held-out-structure answer byte accuracy."),
-    conditions={name: dataclasses.asdict(SmallRun(schedule=schedule, steps=200))
-                for name, schedule in SCHEDULE_OF.items()},
-    seeds=tuple(range(10)),
-    run=train_and_evaluate,
-    metric="heldout_byte_acc",
-    secondary=("heldout_exact", "seen_byte_acc"),
-    comparisons=[("blocked", "interleaved"), ("interleaved", "curriculum"),
-                 ("repeated", "curriculum")],
-    quick={"scale": 0.25},
-    quick_seeds=(0, 1, 2),
-))
+EXPERIMENT = register(
+    Experiment(
+        name="curriculum",
+        description=(
+            "Curriculum (8 then 88 structures) vs diverse interleaved vs diverse blocked "
+            "(one structure per batch, in order) vs 8 repeated, 200 updates, 10 paired "
+            "seeds; held-out-structure answer byte accuracy."
+        ),
+        conditions={
+            name: dataclasses.asdict(SmallRun(schedule=schedule, steps=200))
+            for name, schedule in SCHEDULE_OF.items()
+        },
+        seeds=tuple(range(10)),
+        run=train_and_evaluate,
+        metric="heldout_byte_acc",
+        secondary=("heldout_exact", "seen_byte_acc"),
+        comparisons=[
+            ("blocked", "interleaved"),
+            ("interleaved", "curriculum"),
+            ("repeated", "curriculum"),
+        ],
+        quick={"scale": 0.25},
+        quick_seeds=(0, 1, 2),
+    )
+)

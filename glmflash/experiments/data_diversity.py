@@ -18,18 +18,25 @@ from glmflash.experiments.small_lm import SmallRun, train_and_evaluate
 LENGTHS = (50, 100, 200)
 ARMS = ("repeated", "diverse")
 
-EXPERIMENT = register(Experiment(
-    name="data-diversity",
-    description=("8 repeated vs 88 diverse training structures at 50, 100 and 200 updates; "
-                 "held-out-structure answer byte accuracy (teacher forced) and greedy exact "
-                 "match, 10 paired seeds."),
-    conditions={f"{arm}@{n}": dataclasses.asdict(SmallRun(schedule=arm, steps=n))
-                for n in LENGTHS for arm in ARMS},
-    seeds=tuple(range(10)),
-    run=train_and_evaluate,
-    metric="heldout_byte_acc",
-    secondary=("heldout_exact", "seen_byte_acc"),
-    comparisons=[(f"repeated@{n}", f"diverse@{n}") for n in LENGTHS],
-    quick={"scale": 0.25},
-    quick_seeds=(0, 1, 2),
-))
+EXPERIMENT = register(
+    Experiment(
+        name="data-diversity",
+        description=(
+            "8 repeated vs 88 diverse training structures at 50, 100 and 200 updates; "
+            "held-out-structure answer byte accuracy (teacher forced) and greedy exact "
+            "match, 10 paired seeds."
+        ),
+        conditions={
+            f"{arm}@{n}": dataclasses.asdict(SmallRun(schedule=arm, steps=n))
+            for n in LENGTHS
+            for arm in ARMS
+        },
+        seeds=tuple(range(10)),
+        run=train_and_evaluate,
+        metric="heldout_byte_acc",
+        secondary=("heldout_exact", "seen_byte_acc"),
+        comparisons=[(f"repeated@{n}", f"diverse@{n}") for n in LENGTHS],
+        quick={"scale": 0.25},
+        quick_seeds=(0, 1, 2),
+    )
+)

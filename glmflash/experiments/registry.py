@@ -71,33 +71,42 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r} has no conditions")
         bad = [c for c in self.conditions if not c or "/" in c or "__seed" in c]
         if bad:
-            raise ValueError(f"condition names must be plain and must not contain '__seed': "
-                             f"{bad}")
+            raise ValueError(f"condition names must be plain and must not contain '__seed': {bad}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"experiment {self.name!r} needs distinct seeds, got {self.seeds}")
         for a, b in self.comparisons:
             missing = {a, b} - set(self.conditions)
             if missing:
-                raise ValueError(f"comparison ({a}, {b}) names unknown condition(s) "
-                                 f"{sorted(missing)}")
+                raise ValueError(
+                    f"comparison ({a}, {b}) names unknown condition(s) {sorted(missing)}"
+                )
 
-    def condition_config(self, condition: str, quick: bool = False,
-                         overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    def condition_config(
+        self, condition: str, quick: bool = False, overrides: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The condition's settings, then `quick` (under --quick), then `overrides` (--set),
         which may only name settings the condition has."""
         config = {**self.conditions[condition], **(self.quick if quick else {})}
         unknown = sorted(set(overrides or {}) - set(config))
         if unknown:
-            raise ValueError(f"experiment {self.name!r} has no setting {', '.join(unknown)}; "
-                             f"its settings: {', '.join(sorted(config))}")
+            raise ValueError(
+                f"experiment {self.name!r} has no setting {', '.join(unknown)}; "
+                f"its settings: {', '.join(sorted(config))}"
+            )
         return {**config, **(overrides or {})}
 
     def describe(self) -> dict[str, Any]:
         """The definition as JSON-ready data (what a report needs without importing it)."""
-        return {"name": self.name, "description": self.description, "metric": self.metric,
-                "secondary": list(self.secondary), "conditions": self.conditions,
-                "seeds": list(self.seeds), "comparisons": [list(c) for c in self.comparisons],
-                "run": f"{self.run.__module__}.{self.run.__qualname__}"}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "metric": self.metric,
+            "secondary": list(self.secondary),
+            "conditions": self.conditions,
+            "seeds": list(self.seeds),
+            "comparisons": [list(c) for c in self.comparisons],
+            "run": f"{self.run.__module__}.{self.run.__qualname__}",
+        }
 
 
 _REGISTRY: dict[str, Experiment] = {}

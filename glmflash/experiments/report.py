@@ -45,20 +45,23 @@ def load(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[
 
 
 def values_by_seed(runs: list[dict[str, Any]], condition: str, metric: str) -> dict[int, float]:
-    return {r["seed"]: float(r["metrics"][metric]) for r in runs
-            if r["condition"] == condition and isinstance(r["metrics"].get(metric), (int, float))}
+    return {
+        r["seed"]: float(r["metrics"][metric])
+        for r in runs
+        if r["condition"] == condition and isinstance(r["metrics"].get(metric), (int, float))
+    }
 
 
 def condition_stats(values: dict[int, float]) -> dict[str, Any]:
     if not values:
         return {"n": 0}
     interval = stats.bootstrap_mean(list(values.values()))
-    return {"n": len(values), "mean": interval.estimate, "low": interval.low,
-            "high": interval.high}
+    return {"n": len(values), "mean": interval.estimate, "low": interval.low, "high": interval.high}
 
 
-def compare_all(runs: list[dict[str, Any]], comparisons: list[list[str]],
-                metric: str) -> list[dict[str, Any]]:
+def compare_all(
+    runs: list[dict[str, Any]], comparisons: list[list[str]], metric: str
+) -> list[dict[str, Any]]:
     """Paired comparisons of one metric, with Holm's adjustment over those that have pairs."""
     rows = []
     for a, b in comparisons:
@@ -67,10 +70,17 @@ def compare_all(runs: list[dict[str, Any]], comparisons: list[list[str]],
         row: dict[str, Any] = {"a": a, "b": b, "n": len(seeds), "seeds": seeds}
         if seeds:
             c = stats.compare([va[s] for s in seeds], [vb[s] for s in seeds])
-            row.update(mean_a=c.mean_a, mean_b=c.mean_b, difference=c.difference.estimate,
-                       low=c.difference.low, high=c.difference.high, p=c.p,
-                       seeds_agree=c.seeds_agree,
-                       a_values=[va[s] for s in seeds], b_values=[vb[s] for s in seeds])
+            row.update(
+                mean_a=c.mean_a,
+                mean_b=c.mean_b,
+                difference=c.difference.estimate,
+                low=c.difference.low,
+                high=c.difference.high,
+                p=c.p,
+                seeds_agree=c.seeds_agree,
+                a_values=[va[s] for s in seeds],
+                b_values=[vb[s] for s in seeds],
+            )
         rows.append(row)
     tested = [r for r in rows if r["n"]]
     if tested:
@@ -86,22 +96,32 @@ def summarize(folder: Path, alpha: float = ALPHA) -> dict[str, Any]:
     conditions = list(definition["conditions"])
     sessions = definition.get("sessions", [])
     return {
-        "experiment": definition["name"], "description": definition.get("description", ""),
-        "metric": metric, "secondary": metrics[1:], "alpha": alpha,
-        "quick": definition.get("quick", False), "seeds": definition.get("seeds", []),
-        "conditions": {c: {m: condition_stats(values_by_seed(runs, c, m)) for m in metrics}
-                       for c in conditions},
+        "experiment": definition["name"],
+        "description": definition.get("description", ""),
+        "metric": metric,
+        "secondary": metrics[1:],
+        "alpha": alpha,
+        "quick": definition.get("quick", False),
+        "seeds": definition.get("seeds", []),
+        "conditions": {
+            c: {m: condition_stats(values_by_seed(runs, c, m)) for m in metrics} for c in conditions
+        },
         "comparisons": {m: compare_all(runs, definition["comparisons"], m) for m in metrics},
         "runs_ok": len(runs),
-        "failed": [{"condition": r["condition"], "seed": r["seed"], "error": r.get("error")}
-                   for r in failed],
-        "compute": {"run_seconds": sum(r.get("seconds", 0.0) for r in runs),
-                    "run_cpu_seconds": sum(r.get("cpu_seconds", 0.0) for r in runs),
-                    "sessions": sessions},
+        "failed": [
+            {"condition": r["condition"], "seed": r["seed"], "error": r.get("error")}
+            for r in failed
+        ],
+        "compute": {
+            "run_seconds": sum(r.get("seconds", 0.0) for r in runs),
+            "run_cpu_seconds": sum(r.get("cpu_seconds", 0.0) for r in runs),
+            "sessions": sessions,
+        },
     }
 
 
 # ---------------------------------------------------------------------------- Markdown
+
 
 def _num(x: float) -> str:
     return f"{x:.4f}" if abs(x) < 1000 else f"{x:.4g}"
@@ -123,33 +143,44 @@ def verdict(rows: list[dict[str, Any]], metric: str, alpha: float) -> str:
     names = [f"{r['b']} vs {r['a']}" for r in tested if r["p_holm"] <= alpha]
     m = len(tested)
     if names:
-        return (f"Significant at alpha = {alpha} after Holm's correction over {m} "
-                f"comparison(s) of {metric}: {', '.join(names)}.")
-    text = (f"Nothing is significant: no comparison of {metric} has a Holm-adjusted p below "
-            f"{alpha} (over {m} comparison(s)).")
+        return (
+            f"Significant at alpha = {alpha} after Holm's correction over {m} "
+            f"comparison(s) of {metric}: {', '.join(names)}."
+        )
+    text = (
+        f"Nothing is significant: no comparison of {metric} has a Holm-adjusted p below "
+        f"{alpha} (over {m} comparison(s))."
+    )
     raw = [f"{r['b']} vs {r['a']}" for r in tested if r["p"] <= alpha]
     if raw:
         text += f" Unadjusted p was below {alpha} for {', '.join(raw)}, which the correction "
         text += "does not support."
     n = min(r["n"] for r in tested)
-    floor = 2 / 2 ** n
+    floor = 2 / 2**n
     if floor > alpha:
-        text += (f" With {n} paired seeds the smallest possible two-sided sign-flip p is "
-                 f"2/2^{n} = {floor:.3g}, so no result could reach {alpha}: run more seeds.")
+        text += (
+            f" With {n} paired seeds the smallest possible two-sided sign-flip p is "
+            f"2/2^{n} = {floor:.3g}, so no result could reach {alpha}: run more seeds."
+        )
     return text
 
 
 def _comparison_table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| a | b | seeds | mean a | mean b | difference b - a [95% CI] | p (sign-flip) "
-           "| p (Holm) | seeds agree |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| a | b | seeds | mean a | mean b | difference b - a [95% CI] | p (sign-flip) "
+        "| p (Holm) | seeds agree |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if not r["n"]:
             out.append(f"| {r['a']} | {r['b']} | 0 | - | - | - | - | - | - |")
             continue
-        out.append(f"| {r['a']} | {r['b']} | {r['n']} | {_num(r['mean_a'])} | "
-                   f"{_num(r['mean_b'])} | {r['difference']:+.4f} [{r['low']:+.4f}, "
-                   f"{r['high']:+.4f}] | {_p(r['p'])} | {_p(r['p_holm'])} | "
-                   f"{r['seeds_agree']}/{r['n']} |")
+        out.append(
+            f"| {r['a']} | {r['b']} | {r['n']} | {_num(r['mean_a'])} | "
+            f"{_num(r['mean_b'])} | {r['difference']:+.4f} [{r['low']:+.4f}, "
+            f"{r['high']:+.4f}] | {_p(r['p'])} | {_p(r['p_holm'])} | "
+            f"{r['seeds_agree']}/{r['n']} |"
+        )
     return out
 
 
@@ -162,26 +193,42 @@ def markdown(summary: dict[str, Any], plots: list[str]) -> str:
     compute = summary["compute"]
     wall = sum(s.get("wall_seconds", 0.0) for s in compute["sessions"])
     workers = sorted({s.get("workers") for s in compute["sessions"] if s.get("workers")})
-    lines += [f"Primary metric: `{metric}`. Runs finished: {summary['runs_ok']}; failed: "
-              f"{len(summary['failed'])}. Seeds: {', '.join(map(str, summary['seeds']))}.",
-              f"Compute: {compute['run_seconds']:.0f} s summed over runs "
-              f"({compute['run_cpu_seconds']:.0f} CPU s), {wall:.0f} s wall over "
-              f"{len(compute['sessions'])} session(s) with {workers or '?'} worker(s).", ""]
+    lines += [
+        f"Primary metric: `{metric}`. Runs finished: {summary['runs_ok']}; failed: "
+        f"{len(summary['failed'])}. Seeds: {', '.join(map(str, summary['seeds']))}.",
+        f"Compute: {compute['run_seconds']:.0f} s summed over runs "
+        f"({compute['run_cpu_seconds']:.0f} CPU s), {wall:.0f} s wall over "
+        f"{len(compute['sessions'])} session(s) with {workers or '?'} worker(s).",
+        "",
+    ]
     if summary["quick"]:
-        lines += ["**Quick mode**: fewer seeds and shortened runs, to check that the pipeline "
-                  "works; not a measurement.", ""]
+        lines += [
+            "**Quick mode**: fewer seeds and shortened runs, to check that the pipeline "
+            "works; not a measurement.",
+            "",
+        ]
     header = "| condition | seeds | " + " | ".join(f"{m} mean [95% CI]" for m in metrics) + " |"
     lines += ["## Conditions", "", header, "|---|---|" + "---|" * len(metrics)]
     for c, per_metric in summary["conditions"].items():
         cells = " | ".join(_interval(per_metric[m]) for m in metrics)
         lines.append(f"| {c} | {per_metric[metric]['n']} | {cells} |")
-    lines += ["", "Intervals: percentile bootstrap over seeds (10,000 resamples).", "",
-              f"## Comparisons of `{metric}` (primary)", ""]
+    lines += [
+        "",
+        "Intervals: percentile bootstrap over seeds (10,000 resamples).",
+        "",
+        f"## Comparisons of `{metric}` (primary)",
+        "",
+    ]
     lines += _comparison_table(summary["comparisons"][metric])
-    lines += ["", verdict(summary["comparisons"][metric], metric, alpha), "",
-              "p: exact two-sided paired sign-flip (permutation) test of the mean difference; "
-              "Holm: adjusted over this table's comparisons; seeds agree: pairs whose "
-              "difference has the sign of the mean difference.", ""]
+    lines += [
+        "",
+        verdict(summary["comparisons"][metric], metric, alpha),
+        "",
+        "p: exact two-sided paired sign-flip (permutation) test of the mean difference; "
+        "Holm: adjusted over this table's comparisons; seeds agree: pairs whose "
+        "difference has the sign of the mean difference.",
+        "",
+    ]
     for m in summary["secondary"]:
         lines += [f"## Comparisons of `{m}` (secondary)", ""]
         lines += _comparison_table(summary["comparisons"][m])
@@ -189,22 +236,27 @@ def markdown(summary: dict[str, Any], plots: list[str]) -> str:
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     if summary["failed"]:
-        lines += ["## Failed runs", ""] + [f"- {f['condition']} seed {f['seed']}: {f['error']}"
-                                           for f in summary["failed"]] + [""]
+        lines += (
+            ["## Failed runs", ""]
+            + [f"- {f['condition']} seed {f['seed']}: {f['error']}" for f in summary["failed"]]
+            + [""]
+        )
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- plots
 
+
 def _pyplot():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
-def plot_curves(runs: list[dict[str, Any]], conditions: list[str], metric: str,
-                path: Path) -> bool:
+def plot_curves(runs: list[dict[str, Any]], conditions: list[str], metric: str, path: Path) -> bool:
     """Learning curves of `metric` (or the first curve the runs have): seeds thin, mean thick.
     Returns False when no run recorded a curve."""
     keys = [k for r in runs for k in r["metrics"].get("curves", {})]
@@ -215,14 +267,16 @@ def plot_curves(runs: list[dict[str, Any]], conditions: list[str], metric: str,
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, c in enumerate(conditions):
-        curves = [r["metrics"]["curves"][key] for r in runs
-                  if r["condition"] == c and key in r["metrics"].get("curves", {})]
+        curves = [
+            r["metrics"]["curves"][key]
+            for r in runs
+            if r["condition"] == c and key in r["metrics"].get("curves", {})
+        ]
         if not curves:
             continue
         color = colors[i % len(colors)]
         for curve in curves:
-            ax.plot([p[0] for p in curve], [p[1] for p in curve], color=color, lw=0.6,
-                    alpha=0.3)
+            ax.plot([p[0] for p in curve], [p[1] for p in curve], color=color, lw=0.6, alpha=0.3)
         steps = sorted(set.intersection(*[{p[0] for p in curve} for curve in curves]))
         mean = [np.mean([dict(map(tuple, curve))[s] for curve in curves]) for s in steps]
         ax.plot(steps, mean, color=color, lw=2.2, label=f"{c} (n={len(curves)})")
@@ -247,14 +301,21 @@ def plot_paired(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     for ax, r in zip(axes.flat, rows, strict=False):
         for ya, yb in zip(r["a_values"], r["b_values"], strict=True):
             up = yb > ya
-            ax.plot([0, 1], [ya, yb], "-o", ms=3, lw=0.9, alpha=0.7,
-                    color="tab:green" if up else ("tab:red" if yb < ya else "tab:gray"))
+            ax.plot(
+                [0, 1],
+                [ya, yb],
+                "-o",
+                ms=3,
+                lw=0.9,
+                alpha=0.7,
+                color="tab:green" if up else ("tab:red" if yb < ya else "tab:gray"),
+            )
         ax.plot([0, 1], [r["mean_a"], r["mean_b"]], "-s", color="black", lw=2.2, ms=5)
         ax.set_xticks([0, 1], [r["a"], r["b"]], fontsize=8)
         ax.set_xlim(-0.3, 1.3)
         ax.set_title(f"{r['seeds_agree']}/{r['n']} agree, p={r['p']:.3g}", fontsize=9)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(rows):]:
+    for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     axes[0, 0].set_ylabel(metric)
     fig.tight_layout()
@@ -271,12 +332,12 @@ def plot_forest(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.4))
     y = np.arange(len(rows))[::-1]
     est = np.array([r["difference"] for r in rows])
-    err = np.array([[r["difference"] - r["low"] for r in rows],
-                    [r["high"] - r["difference"] for r in rows]])
+    err = np.array(
+        [[r["difference"] - r["low"] for r in rows], [r["high"] - r["difference"] for r in rows]]
+    )
     ax.errorbar(est, y, xerr=err, fmt="o", color="black", capsize=4)
     ax.axvline(0.0, color="tab:red", lw=1, ls="--")
-    ax.set_yticks(y, [f"{r['b']} - {r['a']}  (p_Holm={r['p_holm']:.3g})" for r in rows],
-                  fontsize=8)
+    ax.set_yticks(y, [f"{r['b']} - {r['a']}  (p_Holm={r['p_holm']:.3g})" for r in rows], fontsize=8)
     ax.set_xlabel(f"difference in {metric}\n(b - a, 95% paired bootstrap interval)")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
@@ -286,6 +347,7 @@ def plot_forest(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------- entry points
+
 
 def write_report(folder: str | Path, alpha: float = ALPHA) -> Path:
     """Write report.md, results.json and the PNG plots into an experiment folder."""
@@ -311,8 +373,7 @@ def experiment_folders(root: Path) -> list[Path]:
     """root itself if it is an experiment folder, else its experiment subfolders."""
     if (root / DEFINITION).is_file():
         return [root]
-    return sorted(p for p in root.iterdir() if (p / DEFINITION).is_file()) \
-        if root.is_dir() else []
+    return sorted(p for p in root.iterdir() if (p / DEFINITION).is_file()) if root.is_dir() else []
 
 
 def add_arguments(p) -> None:
@@ -323,8 +384,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     folders = experiment_folders(Path(args.dir))
     if not folders:
-        raise CLIError(f"no experiment found in {args.dir} (no {DEFINITION} in it or in its "
-                       f"subfolders)")
+        raise CLIError(
+            f"no experiment found in {args.dir} (no {DEFINITION} in it or in its subfolders)"
+        )
     if not 0 < args.alpha < 1:
         raise CLIError(f"--alpha must lie in (0, 1), got {args.alpha}")
     for folder in folders:

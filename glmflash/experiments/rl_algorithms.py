@@ -23,19 +23,29 @@ from glmflash.experiments.registry import Experiment, register
 from glmflash.experiments.sft_vs_rl import BASE, HEALTH, RUNGS, run
 from glmflash.train.policy_gradient import ALGORITHMS
 
-EXPERIMENT = register(Experiment(
-    name="rl-algorithms",
-    description=("RLOO, GRPO, Dr. GRPO and PPO-style clipped updates at matched rollouts from "
-                 "the same checkpoint (--set init=CKPT) on the ladder's RL structures; greedy "
-                 "pass@1 of the final policy on the trained and held-out structures."),
-    conditions={name: {**BASE, "objective": "rloo", **fields}
-                for name, fields in ALGORITHMS.items()},
-    seeds=(1, 2, 3, 4, 5),
-    run=run,
-    metric="unseen",
-    secondary=(*RUNGS, *HEALTH, "train_seconds"),
-    comparisons=[("rloo", name) for name in ALGORITHMS if name != "rloo"],
-    quick={"groups": 4, "tasks_per_step": 2, "group_size": 4, "max_new_tokens": 16,
-           "per_rung": 2},
-    quick_seeds=(1, 2),
-))
+EXPERIMENT = register(
+    Experiment(
+        name="rl-algorithms",
+        description=(
+            "RLOO, GRPO, Dr. GRPO and PPO-style clipped updates at matched rollouts from "
+            "the same checkpoint (--set init=CKPT) on the ladder's RL structures; greedy "
+            "pass@1 of the final policy on the trained and held-out structures."
+        ),
+        conditions={
+            name: {**BASE, "objective": "rloo", **fields} for name, fields in ALGORITHMS.items()
+        },
+        seeds=(1, 2, 3, 4, 5),
+        run=run,
+        metric="unseen",
+        secondary=(*RUNGS, *HEALTH, "train_seconds"),
+        comparisons=[("rloo", name) for name in ALGORITHMS if name != "rloo"],
+        quick={
+            "groups": 4,
+            "tasks_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 16,
+            "per_rung": 2,
+        },
+        quick_seeds=(1, 2),
+    )
+)

@@ -94,8 +94,9 @@ def _check_metrics(metrics: Any, metric: str) -> None:
         raise TypeError(f"a run must return a dict of metrics, got {type(metrics).__name__}")
     value = metrics.get(metric)
     if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"the run's primary metric {metric!r} is missing or not a finite "
-                         f"number: {value!r}")
+        raise ValueError(
+            f"the run's primary metric {metric!r} is missing or not a finite number: {value!r}"
+        )
     json.dumps(metrics, allow_nan=False)  # must be storable as it is
 
 
@@ -103,18 +104,27 @@ def run_job(run: RunFn, experiment: str, metric: str, job: Job) -> dict[str, Any
     """Run one job and return its record; exceptions become status "error"."""
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0, c0 = time.perf_counter(), time.process_time()
-    record: dict[str, Any] = {"experiment": experiment, "condition": job.condition,
-                              "seed": job.seed, "config": job.config}
+    record: dict[str, Any] = {
+        "experiment": experiment,
+        "condition": job.condition,
+        "seed": job.seed,
+        "config": job.config,
+    }
     _one_thread()  # the run's module (imported to unpickle `run`) may have loaded torch
     try:
         metrics = run(dict(job.config), job.seed)
         _check_metrics(metrics, metric)
         record.update(status="ok", metrics=metrics)
     except Exception as e:  # a failed run is data: record it and let the others go on
-        record.update(status="error", error=f"{type(e).__name__}: {e}",
-                      traceback=traceback.format_exc())
-    record.update(started=started, seconds=time.perf_counter() - t0,
-                  cpu_seconds=time.process_time() - c0, pid=os.getpid())
+        record.update(
+            status="error", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+        )
+    record.update(
+        started=started,
+        seconds=time.perf_counter() - t0,
+        cpu_seconds=time.process_time() - c0,
+        pid=os.getpid(),
+    )
     return record
 
 
@@ -148,9 +158,15 @@ def _worker_init() -> None:
     _one_thread()
 
 
-def _run_on_ray(experiment: Experiment, jobs: list[Job], workers: int, address: str | None,
-                gpus_per_run: float, done: Callable[[dict[str, Any]], None],
-                lost: list[Job]) -> None:
+def _run_on_ray(
+    experiment: Experiment,
+    jobs: list[Job],
+    workers: int,
+    address: str | None,
+    gpus_per_run: float,
+    done: Callable[[dict[str, Any]], None],
+    lost: list[Job],
+) -> None:
     """Each job a Ray task (one CPU, `gpus_per_run` GPUs); records are written here as the
     tasks finish. Without `address`, a local instance with `workers` CPUs is started."""
     try:
@@ -162,13 +178,19 @@ def _run_on_ray(experiment: Experiment, jobs: list[Job], workers: int, address: 
         ray.cloudpickle.register_pickle_by_value(module)  # a user's file: workers can't import it
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, num_cpus=None if address else workers,
-                 include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": ONE_THREAD})
+        ray.init(
+            address=address,
+            num_cpus=None if address else workers,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": ONE_THREAD},
+        )
     try:
         task = ray.remote(num_cpus=1, num_gpus=gpus_per_run, max_retries=0)(run_job)
-        pending = {task.remote(experiment.run, experiment.name, experiment.metric, job): job
-                   for job in jobs}
+        pending = {
+            task.remote(experiment.run, experiment.name, experiment.metric, job): job
+            for job in jobs
+        }
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             job = pending.pop(ready[0])
@@ -184,15 +206,23 @@ def _run_on_ray(experiment: Experiment, jobs: list[Job], workers: int, address: 
             ray.shutdown()
 
 
-def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bool,
-         resume: bool, overrides: dict[str, Any] | None = None) -> tuple[list[Job], int]:
+def plan(
+    experiment: Experiment,
+    folder: Path,
+    seeds: tuple[int, ...],
+    quick: bool,
+    resume: bool,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[list[Job], int]:
     """The jobs still to run (seed-major, so paired runs finish together) and how many
     finished runs are skipped. Refuses to mix settings or to overwrite without --resume."""
     runs = folder / RUNS
     existing = sorted(runs.glob("*.json")) if runs.is_dir() else []
     if existing and not resume:
-        raise RunnerError(f"{folder} already holds {len(existing)} run(s); pass --resume to "
-                          f"continue it or choose another --out")
+        raise RunnerError(
+            f"{folder} already holds {len(existing)} run(s); pass --resume to "
+            f"continue it or choose another --out"
+        )
     jobs, skipped = [], 0
     for seed in seeds:
         for condition in experiment.conditions:
@@ -204,9 +234,11 @@ def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bo
             job = Job(condition, seed, config, run_path(folder, condition, seed))
             saved = read_run(job.path)
             if saved is not None and saved.get("config") != job.config:
-                raise RunnerError(f"{job.path} was run with other settings "
-                                  f"({saved.get('config')}, now {job.config}); choose another "
-                                  f"--out")
+                raise RunnerError(
+                    f"{job.path} was run with other settings "
+                    f"({saved.get('config')}, now {job.config}); choose another "
+                    f"--out"
+                )
             if saved is not None and saved.get("status") == "ok":
                 skipped += 1
             else:
@@ -214,14 +246,25 @@ def plan(experiment: Experiment, folder: Path, seeds: tuple[int, ...], quick: bo
     return jobs, skipped
 
 
-def _start_session(folder: Path, experiment: Experiment, seeds: tuple[int, ...], quick: bool,
-                   session: dict[str, Any]) -> None:
+def _start_session(
+    folder: Path,
+    experiment: Experiment,
+    seeds: tuple[int, ...],
+    quick: bool,
+    session: dict[str, Any],
+) -> None:
     """Write the definition, the union of the seeds run so far, and this session's entry."""
     path = folder / DEFINITION
     old = read_run(path) or {}
-    write_json_atomic(path, {**experiment.describe(), "quick": quick,
-                             "seeds": sorted(set(old.get("seeds", [])) | set(seeds)),
-                             "sessions": [*old.get("sessions", []), session]})
+    write_json_atomic(
+        path,
+        {
+            **experiment.describe(),
+            "quick": quick,
+            "seeds": sorted(set(old.get("seeds", [])) | set(seeds)),
+            "sessions": [*old.get("sessions", []), session],
+        },
+    )
 
 
 def _end_session(folder: Path, started: str, figures: dict[str, Any]) -> None:
@@ -234,11 +277,19 @@ def _end_session(folder: Path, started: str, figures: dict[str, Any]) -> None:
         write_json_atomic(path, data)
 
 
-def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ...] | None = None,
-                   workers: int = 1, resume: bool = False, quick: bool = False,
-                   overrides: dict[str, Any] | None = None,
-                   log: Callable[[str], None] | None = None, backend: str = "local",
-                   address: str | None = None, gpus_per_run: float = 0.0) -> Summary:
+def run_experiment(
+    experiment: Experiment,
+    out: str | Path,
+    seeds: tuple[int, ...] | None = None,
+    workers: int = 1,
+    resume: bool = False,
+    quick: bool = False,
+    overrides: dict[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    gpus_per_run: float = 0.0,
+) -> Summary:
     """Run the grid of `experiment` into OUT/NAME. Backend "local": with workers == 1 the runs
     execute in this process (one thread, as in a worker); otherwise in `workers` spawned
     processes. Backend "ray": as Ray tasks, on a cluster at `address` or on a local instance
@@ -252,21 +303,39 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
         raise RunnerError("--address and --gpus-per-run need --backend ray")
     if gpus_per_run < 0:
         raise RunnerError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
-    seeds = tuple(seeds) if seeds is not None else (
-        experiment.quick_seeds if quick else experiment.seeds)
+    seeds = (
+        tuple(seeds)
+        if seeds is not None
+        else (experiment.quick_seeds if quick else experiment.seeds)
+    )
     if not seeds or len(set(seeds)) != len(seeds):
         raise RunnerError(f"seeds must be distinct and non-empty, got {seeds}")
     folder = Path(out) / experiment.name
     jobs, skipped = plan(experiment, folder, seeds, quick, resume, overrides)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    _start_session(folder, experiment, seeds, quick,
-                   {"started": started, "workers": workers, "backend": backend,
-                    "planned": len(jobs), "skipped": skipped})
+    _start_session(
+        folder,
+        experiment,
+        seeds,
+        quick,
+        {
+            "started": started,
+            "workers": workers,
+            "backend": backend,
+            "planned": len(jobs),
+            "skipped": skipped,
+        },
+    )
     total = len(jobs) + skipped
-    log(f"{experiment.name}: {len(jobs)} run(s) to do, {skipped} already finished, "
+    log(
+        f"{experiment.name}: {len(jobs)} run(s) to do, {skipped} already finished, "
         f"{len(experiment.conditions)} condition(s) x {len(seeds)} seed(s), "
-        + (f"on Ray ({address or f'local, {workers} CPUs'})" if backend == "ray"
-           else f"{workers} worker(s)"))
+        + (
+            f"on Ray ({address or f'local, {workers} CPUs'})"
+            if backend == "ray"
+            else f"{workers} worker(s)"
+        )
+    )
     progress = Progress(total, skipped, unit="run", desc=experiment.name, every_s=0.0)
     counts = {"executed": 0, "failed": 0}
     lost: list[Job] = []
@@ -274,14 +343,18 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
 
     def done(record: dict[str, Any]) -> None:
         counts["executed"] += 1
-        figures: dict[str, Any] = {"last": f"{record['condition']}/seed{record['seed']}",
-                                   "s": float(record["seconds"])}
+        figures: dict[str, Any] = {
+            "last": f"{record['condition']}/seed{record['seed']}",
+            "s": float(record["seconds"]),
+        }
         if record["status"] == "ok":
             figures[experiment.metric] = float(record["metrics"][experiment.metric])
         else:
             counts["failed"] += 1
-            log(f"{experiment.name}: run {record['condition']} seed {record['seed']} failed: "
-                f"{record['error']}")
+            log(
+                f"{experiment.name}: run {record['condition']} seed {record['seed']} failed: "
+                f"{record['error']}"
+            )
         progress.update(skipped + counts["executed"], **figures)
 
     try:
@@ -298,10 +371,15 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
                     torch.set_num_threads(threads)
         elif jobs and backend == "local":
             context = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(workers, mp_context=context,
-                                        initializer=_worker_init) as pool:
-                futures = {pool.submit(execute, experiment.run, experiment.name,
-                                       experiment.metric, job): job for job in jobs}
+            with cf.ProcessPoolExecutor(
+                workers, mp_context=context, initializer=_worker_init
+            ) as pool:
+                futures = {
+                    pool.submit(
+                        execute, experiment.run, experiment.name, experiment.metric, job
+                    ): job
+                    for job in jobs
+                }
                 try:
                     for future in cf.as_completed(futures):
                         try:
@@ -316,10 +394,13 @@ def run_experiment(experiment: Experiment, out: str | Path, seeds: tuple[int, ..
         wall = time.perf_counter() - t0
         _end_session(folder, started, {**counts, "wall_seconds": wall})
     if lost:
-        raise RunnerError(f"a worker process died (killed, or out of memory) while "
-                          f"{len(lost)} run(s) were pending, e.g. {lost[0].condition} seed "
-                          f"{lost[0].seed}; rerun with --resume to finish them")
-    log(f"{experiment.name}: {counts['executed']} run(s) in {wall:.1f} s, {counts['failed']} "
-        f"failed, {skipped} skipped -> {folder}")
+        raise RunnerError(
+            f"a worker process died (killed, or out of memory) while "
+            f"{len(lost)} run(s) were pending, e.g. {lost[0].condition} seed "
+            f"{lost[0].seed}; rerun with --resume to finish them"
+        )
+    log(
+        f"{experiment.name}: {counts['executed']} run(s) in {wall:.1f} s, {counts['failed']} "
+        f"failed, {skipped} skipped -> {folder}"
+    )
     return Summary(folder, counts["executed"], counts["failed"], skipped, wall)
-

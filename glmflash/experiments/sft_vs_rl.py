@@ -35,9 +35,17 @@ from glmflash.train.runlog import read_jsonl
 EVAL_SEED = 0  # the evaluation tasks, the same for every arm and seed
 RUNGS = ("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names")
 HEALTH = ("entropy", "kl", "no_spread_share")  # means over an RL arm's steps
-BASE: dict[str, Any] = {"init": None, "families": [], "ladder_share": 1.0, "groups": 48,
-                        "group_size": 8, "tasks_per_step": 4, "lr": 1e-4,
-                        "scope": "last-block-head", "per_rung": 48}
+BASE: dict[str, Any] = {
+    "init": None,
+    "families": [],
+    "ladder_share": 1.0,
+    "groups": 48,
+    "group_size": 8,
+    "tasks_per_step": 4,
+    "lr": 1e-4,
+    "scope": "last-block-head",
+    "per_rung": 48,
+}
 
 
 def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -46,10 +54,16 @@ def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
     c = dict(config)
     init, per_rung = c.pop("init"), c.pop("per_rung")
     if not init:
-        raise ValueError("this experiment starts from a pretrained checkpoint: pass "
-                         "--set init=CHECKPOINT_DIR")
-    cfg = RLConfig(**{**c, "families": tuple(c["families"])}, seed=seed,
-                   eval_every=c["groups"], dev_per_family=1, dev_ladder=1)
+        raise ValueError(
+            "this experiment starts from a pretrained checkpoint: pass --set init=CHECKPOINT_DIR"
+        )
+    cfg = RLConfig(
+        **{**c, "families": tuple(c["families"])},
+        seed=seed,
+        eval_every=c["groups"],
+        dev_per_family=1,
+        dev_ladder=1,
+    )
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sft-vs-rl-") as tmp:
         train_rl(init, Path(tmp), cfg, device="cpu", log=lambda _: None, progress=False)
@@ -63,24 +77,42 @@ def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
         values = [r[key] for r in rows if r.get(key) is not None]
         if values:
             health[key] = sum(values) / len(values)
-    return {**rates, "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2,
-            "train_seconds": train_seconds, **health}
+    return {
+        **rates,
+        "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2,
+        "train_seconds": train_seconds,
+        **health,
+    }
 
 
-EXPERIMENT = register(Experiment(
-    name="sft-vs-rl",
-    description=("RLOO against supervised fine-tuning on reference bodies, same checkpoint "
-                 "(--set init=CKPT), tasks, scope, learning rate and updates; greedy pass@1 "
-                 "of the final policy on dev tasks of the trained (rl_only) and held-out "
-                 "(unseen_depth2, unseen_depth3) structures."),
-    conditions={"sft": {**BASE, "objective": "sft"}, "rl": {**BASE, "objective": "rloo"}},
-    seeds=(1, 2, 3, 4, 5),
-    run=run,
-    metric="unseen",
-    secondary=("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names",
-               "train_seconds"),
-    comparisons=[("sft", "rl")],
-    quick={"groups": 4, "tasks_per_step": 2, "group_size": 4, "max_new_tokens": 16,
-           "per_rung": 2},
-    quick_seeds=(1, 2),
-))
+EXPERIMENT = register(
+    Experiment(
+        name="sft-vs-rl",
+        description=(
+            "RLOO against supervised fine-tuning on reference bodies, same checkpoint "
+            "(--set init=CKPT), tasks, scope, learning rate and updates; greedy pass@1 "
+            "of the final policy on dev tasks of the trained (rl_only) and held-out "
+            "(unseen_depth2, unseen_depth3) structures."
+        ),
+        conditions={"sft": {**BASE, "objective": "sft"}, "rl": {**BASE, "objective": "rloo"}},
+        seeds=(1, 2, 3, 4, 5),
+        run=run,
+        metric="unseen",
+        secondary=(
+            "rl_only",
+            "unseen_depth2",
+            "unseen_depth3",
+            "seed_neutral_names",
+            "train_seconds",
+        ),
+        comparisons=[("sft", "rl")],
+        quick={
+            "groups": 4,
+            "tasks_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 16,
+            "per_rung": 2,
+        },
+        quick_seeds=(1, 2),
+    )
+)

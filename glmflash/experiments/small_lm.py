@@ -57,8 +57,13 @@ from glmflash.train.schedule import lr_at
 
 SCHEDULES = ("repeated", "diverse", "curriculum", "blocked")
 SMALL_MODEL: dict[str, Any] = {  # overrides of the tiny preset; see the module docstring
-    "layer_pattern": "LS", "sparse_window": 128, "context": 128, "expert_hidden": 44,
-    "stream_mixer": "static", "init_std": 0.1}
+    "layer_pattern": "LS",
+    "sparse_window": 128,
+    "context": 128,
+    "expert_hidden": 44,
+    "stream_mixer": "static",
+    "init_std": 0.1,
+}
 MAX_ANSWER_BYTES = 24  # the longest composition answer has 16 bytes and a newline
 
 
@@ -115,12 +120,21 @@ class SmallRun:
 
     def optim_config(self, seed: int) -> PretrainConfig:
         """The pretraining settings whose schedule and optimizer this run shares."""
-        return PretrainConfig(preset="tiny", steps=self.updates, batch_size=self.batch_size,
-                              seq_len=self.seq_len, lr=self.lr, min_lr_ratio=self.min_lr_ratio,
-                              warmup=round(self.warmup_frac * self.updates),
-                              weight_decay=self.weight_decay, grad_clip=self.grad_clip,
-                              seed=seed, corpus="compositions", precision=self.precision,
-                              eval_tasks=0)
+        return PretrainConfig(
+            preset="tiny",
+            steps=self.updates,
+            batch_size=self.batch_size,
+            seq_len=self.seq_len,
+            lr=self.lr,
+            min_lr_ratio=self.min_lr_ratio,
+            warmup=round(self.warmup_frac * self.updates),
+            weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip,
+            seed=seed,
+            corpus="compositions",
+            precision=self.precision,
+            eval_tasks=0,
+        )
 
 
 def build_model(run: SmallRun, seed: int) -> GLMFlash:
@@ -151,8 +165,9 @@ def train_batch(run: SmallRun, seed: int, step: int) -> tuple[torch.Tensor, torc
 
 
 @torch.no_grad()
-def byte_accuracy(model: GLMFlash, pairs: Sequence[tuple[list[int], list[int]]],
-                  batch_size: int = 64) -> float:
+def byte_accuracy(
+    model: GLMFlash, pairs: Sequence[tuple[list[int], list[int]]], batch_size: int = 64
+) -> float:
     """Teacher-forced argmax accuracy over all answer bytes of (prompt_ids, answer_ids) pairs.
 
     The input is prompt + answer[:-1]; the prediction at position len(prompt) - 1 + j is
@@ -163,14 +178,14 @@ def byte_accuracy(model: GLMFlash, pairs: Sequence[tuple[list[int], list[int]]],
     model.eval()
     hits = total = 0
     for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start: start + batch_size]
+        chunk = pairs[start : start + batch_size]
         rows = [p + a[:-1] for p, a in chunk]
         x = torch.full((len(rows), max(map(len, rows))), tok.PAD, dtype=torch.long)
         for i, r in enumerate(rows):
             x[i, : len(r)] = torch.tensor(r)
         pred = model(x).logits.argmax(-1)
         for i, (p, a) in enumerate(chunk):
-            got = pred[i, len(p) - 1: len(p) - 1 + len(a)]
+            got = pred[i, len(p) - 1 : len(p) - 1 + len(a)]
             hits += int((got == torch.tensor(a)).sum())
             total += len(a)
     model.train(was)
@@ -179,10 +194,13 @@ def byte_accuracy(model: GLMFlash, pairs: Sequence[tuple[list[int], list[int]]],
 
 def exact_match(model: GLMFlash, examples: Sequence[comp.CompositionExample]) -> float:
     """The share of greedy answers (cut at the first newline) that check_answer accepts."""
-    completions = generate(model, [e.prompt for e in examples],
-                           max_new_tokens=MAX_ANSWER_BYTES, temperature=0.0)
-    return sum(comp.check_answer(e.program, c.text.split("\n", 1)[0])
-               for e, c in zip(examples, completions, strict=True)) / len(examples)
+    completions = generate(
+        model, [e.prompt for e in examples], max_new_tokens=MAX_ANSWER_BYTES, temperature=0.0
+    )
+    return sum(
+        comp.check_answer(e.program, c.text.split("\n", 1)[0])
+        for e, c in zip(examples, completions, strict=True)
+    ) / len(examples)
 
 
 def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -196,17 +214,19 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
     run = SmallRun.from_dict(config)
     t0 = time.perf_counter()
     heldout = comp.examples(comp.HELDOUT_STRUCTURES, run.exact_per_structure, seed)
-    heldout_pairs = comp.teacher_forced_pairs(comp.HELDOUT_STRUCTURES, run.eval_per_structure,
-                                              seed)
-    seen_pairs = comp.teacher_forced_pairs(comp.TRAIN_STRUCTURES[: run.n_repeated],
-                                           run.eval_per_structure, seed)
+    heldout_pairs = comp.teacher_forced_pairs(comp.HELDOUT_STRUCTURES, run.eval_per_structure, seed)
+    seen_pairs = comp.teacher_forced_pairs(
+        comp.TRAIN_STRUCTURES[: run.n_repeated], run.eval_per_structure, seed
+    )
     model = build_model(run, seed)
     cfg = run.optim_config(seed)
     optimizer = make_optimizer(model, cfg)
     device = torch.device("cpu")
     amp = autocast_dtype(device, run.precision)
     curves: dict[str, list[list[float]]] = {
-        "heldout_byte_acc": [[0, byte_accuracy(model, heldout_pairs)]], "train_loss": []}
+        "heldout_byte_acc": [[0, byte_accuracy(model, heldout_pairs)]],
+        "train_loss": [],
+    }
     eval_seconds = time.perf_counter() - t0
     window: list[float] = []
     model.train()
@@ -231,14 +251,21 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
             eval_seconds += time.perf_counter() - e0
             window = []
     e0 = time.perf_counter()
-    metrics = {"heldout_byte_acc": curves["heldout_byte_acc"][-1][1],
-               "heldout_exact": exact_match(model, heldout),
-               "seen_byte_acc": byte_accuracy(model, seen_pairs),
-               "train_loss": curves["train_loss"][-1][1]}
+    metrics = {
+        "heldout_byte_acc": curves["heldout_byte_acc"][-1][1],
+        "heldout_exact": exact_match(model, heldout),
+        "seen_byte_acc": byte_accuracy(model, seen_pairs),
+        "train_loss": curves["train_loss"][-1][1],
+    }
     eval_seconds += time.perf_counter() - e0
     if not math.isfinite(metrics["train_loss"]):
         raise FloatingPointError(f"training diverged: loss {metrics['train_loss']}")
-    return {**metrics, "updates": run.updates, "parameters": model.num_parameters(),
-            "tokens": run.updates * run.batch_size * run.seq_len,
-            "train_seconds": time.perf_counter() - t0 - eval_seconds,
-            "eval_seconds": eval_seconds, "curves": curves}
+    return {
+        **metrics,
+        "updates": run.updates,
+        "parameters": model.num_parameters(),
+        "tokens": run.updates * run.batch_size * run.seq_len,
+        "train_seconds": time.perf_counter() - t0 - eval_seconds,
+        "eval_seconds": eval_seconds,
+        "curves": curves,
+    }

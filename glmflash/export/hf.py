@@ -69,8 +69,9 @@ def flat_sources() -> dict[str, str]:
         if origin.get(path.name) == path:
             continue
         if path.name in origin:
-            raise ExportError(f"two source files would both be {path.name}: "
-                              f"{origin[path.name]} and {path}")
+            raise ExportError(
+                f"two source files would both be {path.name}: {origin[path.name]} and {path}"
+            )
         source = path.read_text()
         flat = ABSOLUTE.sub(r"\1from .\2 import", source)
         if _glmflash_imports(ast.parse(flat)):  # `import glmflash.x`, `from glmflash import x`
@@ -103,11 +104,17 @@ def hf_config(model: GLMFlash) -> dict[str, Any]:
     return {
         "architectures": ["GlmFlashForCausalLM"],
         "model_type": "glmflash",
-        "auto_map": {"AutoConfig": "configuration_glmflash.GlmFlashConfig",
-                     "AutoModelForCausalLM": "modeling_glmflash.GlmFlashForCausalLM"},
+        "auto_map": {
+            "AutoConfig": "configuration_glmflash.GlmFlashConfig",
+            "AutoModelForCausalLM": "modeling_glmflash.GlmFlashForCausalLM",
+        },
         **{HF_NAMES.get(k, k): v for k, v in model.cfg.to_dict().items()},
-        "bos_token_id": tok.BOS, "eos_token_id": tok.EOS, "pad_token_id": tok.PAD,
-        "tie_word_embeddings": True, "use_cache": False, "dtype": "float32",
+        "bos_token_id": tok.BOS,
+        "eos_token_id": tok.EOS,
+        "pad_token_id": tok.PAD,
+        "tie_word_embeddings": True,
+        "use_cache": False,
+        "dtype": "float32",
     }
 
 
@@ -116,25 +123,37 @@ def generation_config(model: GLMFlash) -> dict[str, Any]:
     bos, sep, vision tokens, ids past the tokenizer): what glmflash's `generate` does, short of
     its stop at the end of a function body."""
     allowed = allowed_mask(model.cfg.vocab_size, model.embedding.weight.device)
-    return {"bos_token_id": tok.BOS, "eos_token_id": tok.EOS, "pad_token_id": tok.PAD,
-            "do_sample": False, "use_cache": False,
-            "suppress_tokens": (~allowed).nonzero().flatten().tolist()}
+    return {
+        "bos_token_id": tok.BOS,
+        "eos_token_id": tok.EOS,
+        "pad_token_id": tok.PAD,
+        "do_sample": False,
+        "use_cache": False,
+        "suppress_tokens": (~allowed).nonzero().flatten().tolist(),
+    }
 
 
 def tokenizer_config(model: GLMFlash) -> dict[str, Any]:
-    return {"tokenizer_class": "GlmFlashTokenizer",
-            "auto_map": {"AutoTokenizer": ["tokenization_glmflash.GlmFlashTokenizer", None]},
-            "model_max_length": model.cfg.context}
+    return {
+        "tokenizer_class": "GlmFlashTokenizer",
+        "auto_map": {"AutoTokenizer": ["tokenization_glmflash.GlmFlashTokenizer", None]},
+        "model_max_length": model.cfg.context,
+    }
 
 
 def write_hf(folder: Path, model: GLMFlash) -> None:
     """Write the Hugging Face files of `model` into an existing, empty folder."""
-    state = {PREFIX + k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-             if k not in TIED}
+    state = {
+        PREFIX + k: v.detach().cpu().contiguous()
+        for k, v in model.state_dict().items()
+        if k not in TIED
+    }
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    for name, data in (("config.json", hf_config(model)),
-                       ("generation_config.json", generation_config(model)),
-                       ("tokenizer_config.json", tokenizer_config(model))):
+    for name, data in (
+        ("config.json", hf_config(model)),
+        ("generation_config.json", generation_config(model)),
+        ("tokenizer_config.json", tokenizer_config(model)),
+    ):
         (folder / name).write_text(json.dumps(data, indent=2) + "\n")
     for name, source in flat_sources().items():
         (folder / name).write_text(source)
@@ -167,6 +186,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
 
 # -- command line: glmflash export -----------------------------------------------------------
 
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="a checkpoint folder")
     p.add_argument("--out", required=True, help="the Hugging Face folder to write")
@@ -180,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
         out = export_hf(args.checkpoint, args.out, args.force)
     except (CheckpointError, ExportError) as e:
         raise CLIError(str(e)) from None
-    print(f"wrote {out}: AutoModelForCausalLM.from_pretrained({str(out)!r}, "
-          f"trust_remote_code=True) (needs transformers: pip install 'glmflash[hf]')")
+    print(
+        f"wrote {out}: AutoModelForCausalLM.from_pretrained({str(out)!r}, "
+        f"trust_remote_code=True) (needs transformers: pip install 'glmflash[hf]')"
+    )
     return 0

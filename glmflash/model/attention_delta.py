@@ -56,8 +56,9 @@ class DeltaState(NamedTuple):
     #               (same precision as S)
 
 
-def delta_rule_recurrent(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor,
-                         S0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def delta_rule_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, beta: Tensor, S0: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The gated delta rule token by token (the oracle, and the decoding step).
 
     q, k, alpha [B, H, T, Dk], v [B, H, T, Dv], beta [B, H, T], S0 [B, H, Dk, Dv] or None
@@ -104,8 +105,15 @@ def decayed_scores(a: Tensor, b: Tensor, G: Tensor) -> Tensor:
     return M.reshape(*M.shape[:-4], C, C)
 
 
-def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, log_alpha: Tensor, beta: Tensor,
-                       S0: Tensor | None = None, chunk: int = 32) -> tuple[Tensor, Tensor]:
+def delta_rule_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_alpha: Tensor,
+    beta: Tensor,
+    S0: Tensor | None = None,
+    chunk: int = 32,
+) -> tuple[Tensor, Tensor]:
     """Chunkwise-parallel form of `delta_rule_recurrent`, taking log alpha instead of alpha.
 
     Exact (up to rounding) for any chunk length and T; in float32 it needs
@@ -126,8 +134,9 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, log_alpha: Tensor, beta:
     causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
     M = M.masked_fill(~causal, 0)
     A = (b * A).masked_fill(~causal, 0)  # the diagonal is ignored: (I + strict part of A)
-    W = torch.linalg.solve_triangular(A, b * torch.cat((v, G.exp() * k), dim=-1),
-                                      upper=False, unitriangular=True)
+    W = torch.linalg.solve_triangular(
+        A, b * torch.cat((v, G.exp() * k), dim=-1), upper=False, unitriangular=True
+    )
     Wv, Wk = W.split((Dv, Dk), dim=-1)
     P = G.exp() * q - M @ Wk  # O = P S_0 + M W_v
     Ov = M @ Wv
@@ -154,7 +163,7 @@ class DeltaAttention(nn.Module):
         self.n_heads, self.head_dim, self.chunk, self.conv_size = H, D, cfg.linear_chunk, K
         self.qkv_proj = nn.Linear(d, 3 * d, bias=False)
         # Depthwise causal convolution over time, one filter of K taps per q/k/v channel.
-        self.conv_weight = nn.Parameter(torch.empty(3 * d, K).uniform_(-K ** -0.5, K ** -0.5))
+        self.conv_weight = nn.Parameter(torch.empty(3 * d, K).uniform_(-(K**-0.5), K**-0.5))
         self.beta_proj = nn.Linear(d, H, bias=False)
         self.decay_down = nn.Linear(d, GATE_RANK, bias=False)
         self.decay_up = nn.Linear(GATE_RANK, d, bias=False)
@@ -181,8 +190,8 @@ class DeltaAttention(nn.Module):
         w = self.conv_weight.to(u.dtype)
         # y_t = sum_j w_j x_{t-K+1+j}: K shifted multiply-adds (a grouped conv1d is much
         # slower on CPU, its backward above all).
-        y = sum(xs[:, j: j + T] * w[:, j] for j in range(K))
-        return F.silu(y), xs[:, xs.shape[1] - (K - 1):]
+        y = sum(xs[:, j : j + T] * w[:, j] for j in range(K))
+        return F.silu(y), xs[:, xs.shape[1] - (K - 1) :]
 
     def log_decay(self, x: Tensor) -> Tensor:
         """log alpha [B, T, d] in [-MAX_LOG_DECAY, 0), in at least float32 (alpha near 1
@@ -191,8 +200,9 @@ class DeltaAttention(nn.Module):
         z = self.decay_up(self.decay_down(x)).to(dtype) + self.decay_bias.to(dtype)
         return -MAX_LOG_DECAY * torch.sigmoid(z)
 
-    def forward(self, x: Tensor, state: DeltaState | None = None,
-                offset: int = 0) -> tuple[Tensor, DeltaState]:
+    def forward(
+        self, x: Tensor, state: DeltaState | None = None, offset: int = 0
+    ) -> tuple[Tensor, DeltaState]:
         """x [B, T, d_model] -> (y [B, T, d_model], state after x). `offset` is unused (no
         RoPE: order enters through the convolution and the decay)."""
         B, T, d = x.shape
@@ -200,7 +210,7 @@ class DeltaAttention(nn.Module):
         # Between the input and output projections everything runs in float32 (or float64).
         dtype = torch.promote_types(x.dtype, torch.float32)
         qkv = self.qkv_proj(x).to(dtype)
-        past = (qkv.new_zeros(B, self.conv_size - 1, 3 * d) if state is None else state.conv)
+        past = qkv.new_zeros(B, self.conv_size - 1, 3 * d) if state is None else state.conv
         qkv, conv = self.short_conv(qkv, past)
         q, k, v = (u.reshape(B, T, H, D).transpose(1, 2) for u in qkv.chunk(3, dim=-1))
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
@@ -226,5 +236,12 @@ def extra_parameters(cfg: ModelConfig) -> int:
     return 3 * d * K + d * H + (2 * d * r + d) + (2 * d * r + d) + cfg.head_dim
 
 
-__all__ = ["DeltaAttention", "DeltaState", "decayed_scores", "delta_rule_chunked",
-           "delta_rule_recurrent", "extra_parameters", "MAX_LOG_DECAY"]
+__all__ = [
+    "DeltaAttention",
+    "DeltaState",
+    "decayed_scores",
+    "delta_rule_chunked",
+    "delta_rule_recurrent",
+    "extra_parameters",
+    "MAX_LOG_DECAY",
+]

@@ -60,8 +60,9 @@ def full_precision(kernel: Kernel) -> Kernel:
     """Run kernel(q, k, v, state, ...) in >= float32 without autocast; y comes back in v's dtype."""
 
     @functools.wraps(kernel)
-    def wrapped(q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None,
-                *args, **kwargs) -> tuple[Tensor, LinearState]:
+    def wrapped(
+        q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None, *args, **kwargs
+    ) -> tuple[Tensor, LinearState]:
         dtype = torch.promote_types(q.dtype, torch.float32)
         if state is not None:
             state = LinearState(state.S.to(dtype), state.z.to(dtype))
@@ -73,8 +74,9 @@ def full_precision(kernel: Kernel) -> Kernel:
 
 
 @full_precision
-def elu_linear_attention_step(q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None,
-                              eps: float = EPS) -> tuple[Tensor, LinearState]:
+def elu_linear_attention_step(
+    q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None, eps: float = EPS
+) -> tuple[Tensor, LinearState]:
     """One token: q, k [B, H, D], v [B, H, Dv] -> y [B, H, Dv] and the updated state."""
     S, z = state if state is not None else empty_state(q, v)
     fq, fk = feature_map(q), feature_map(k)
@@ -85,9 +87,9 @@ def elu_linear_attention_step(q: Tensor, k: Tensor, v: Tensor, state: LinearStat
     return num / (den + eps), LinearState(S, z)
 
 
-def elu_linear_attention_recurrent(q: Tensor, k: Tensor, v: Tensor,
-                                   state: LinearState | None = None,
-                                   eps: float = EPS) -> tuple[Tensor, LinearState]:
+def elu_linear_attention_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None, eps: float = EPS
+) -> tuple[Tensor, LinearState]:
     """Reference: the recurrence applied token by token. q, k [B, H, T, D], v [B, H, T, Dv]."""
     ys = []
     for t in range(q.shape[2]):
@@ -99,9 +101,14 @@ def elu_linear_attention_recurrent(q: Tensor, k: Tensor, v: Tensor,
 
 
 @full_precision
-def elu_linear_attention_chunked(q: Tensor, k: Tensor, v: Tensor,
-                                 state: LinearState | None = None, chunk: int = 32,
-                                 eps: float = EPS) -> tuple[Tensor, LinearState]:
+def elu_linear_attention_chunked(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: LinearState | None = None,
+    chunk: int = 32,
+    eps: float = EPS,
+) -> tuple[Tensor, LinearState]:
     """Chunkwise form of `elu_linear_attention_recurrent` (same arguments and result).
 
     q, k [B, H, T, D] (already rotated), v [B, H, T, Dv]; any T >= 1, any chunk >= 1 (the last
@@ -113,8 +120,8 @@ def elu_linear_attention_chunked(q: Tensor, k: Tensor, v: Tensor,
     S, z = state if state is not None else empty_state(q, v)
     ys = []
     for start in range(0, q.shape[2], chunk):
-        fq, fk = (feature_map(u[:, :, start: start + chunk]) for u in (q, k))
-        vc = v[:, :, start: start + chunk]
+        fq, fk = (feature_map(u[:, :, start : start + chunk]) for u in (q, k))
+        vc = v[:, :, start : start + chunk]
         A = (fq @ fk.transpose(-1, -2)).tril()
         num = A @ vc + fq @ S
         den = A.sum(-1, keepdim=True) + fq @ z[..., None]
@@ -135,8 +142,9 @@ class LinearAttention(nn.Module):
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
-        self.rope = None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context,
-                                                               cfg.rope_theta)
+        self.rope = (
+            None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_theta)
+        )
 
     def init_weights(self, std: float, out_std: float) -> None:
         """q, k, v ~ N(0, std); o, which writes into the residual streams, ~ N(0, out_std)."""
@@ -144,12 +152,15 @@ class LinearAttention(nn.Module):
             nn.init.normal_(proj.weight, std=std)
         nn.init.normal_(self.o_proj.weight, std=out_std)
 
-    def forward(self, x: Tensor, state: LinearState | None = None,
-                offset: int = 0) -> tuple[Tensor, LinearState]:
+    def forward(
+        self, x: Tensor, state: LinearState | None = None, offset: int = 0
+    ) -> tuple[Tensor, LinearState]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], state after x)."""
         B, T, d = x.shape
-        q, k, v = (proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
         if self.rope is not None:
             q, k = self.rope(q, offset), self.rope(k, offset)
         if T == 1:
@@ -160,5 +171,11 @@ class LinearAttention(nn.Module):
         return self.o_proj(y.transpose(1, 2).reshape(B, T, d)), state
 
 
-__all__ = ["LinearAttention", "LinearState", "elu_linear_attention_chunked",
-           "elu_linear_attention_recurrent", "elu_linear_attention_step", "feature_map"]
+__all__ = [
+    "LinearAttention",
+    "LinearState",
+    "elu_linear_attention_chunked",
+    "elu_linear_attention_recurrent",
+    "elu_linear_attention_step",
+    "feature_map",
+]

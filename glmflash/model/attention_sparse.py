@@ -46,8 +46,9 @@ class KVCache(NamedTuple):
 
 
 @functools.lru_cache(maxsize=512)
-def fixed_sparse_mask(T: int, L: int, offset: int, window: int, stride: int,
-                      device: torch.device | str = "cpu") -> Tensor:
+def fixed_sparse_mask(
+    T: int, L: int, offset: int, window: int, stride: int, device: torch.device | str = "cpu"
+) -> Tensor:
     """[T, L] mask for queries at offset..offset+T-1 over the L keys ending at the last query.
 
     With window = L it is the dense causal mask. Cached: do not modify the returned tensor.
@@ -101,10 +102,12 @@ class LightningIndexer(nn.Module):
         full = keys[:, : L // P * P].view(B, L // P, P, self.dim).mean(dim=2)
         csum = F.pad(keys.cumsum(dim=1), (0, 0, 1, 0))
         own_key = (csum[:, t + 1] - csum[:, own * P]) / (t + 1 - own * P)[:, None]
-        s_full = torch.einsum("bht,bhtg->btg", w.transpose(1, 2),
-                              torch.einsum("bhtd,bgd->bhtg", q, full).relu())
-        s_own = torch.einsum("bht,bht->bt", w.transpose(1, 2),
-                             torch.einsum("bhtd,btd->bht", q, own_key).relu())
+        s_full = torch.einsum(
+            "bht,bhtg->btg", w.transpose(1, 2), torch.einsum("bhtd,bgd->bhtg", q, full).relu()
+        )
+        s_own = torch.einsum(
+            "bht,bht->bt", w.transpose(1, 2), torch.einsum("bhtd,btd->bht", q, own_key).relu()
+        )
         G = -(-L // P)
         s = F.pad(s_full, (0, G - L // P), value=float("-inf"))
         earlier = torch.arange(G, device=x.device)[None, :] < own[:, None]  # [T, G]
@@ -139,8 +142,9 @@ class SparseAttention(nn.Module):
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
-        self.rope = None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context,
-                                                               cfg.rope_theta)
+        self.rope = (
+            None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_theta)
+        )
         self.indexer = LightningIndexer(cfg) if cfg.sparse_kind == "indexer" else None
         self.dense_warmup = False
         self.collect_indexer_loss = False
@@ -153,12 +157,15 @@ class SparseAttention(nn.Module):
             nn.init.normal_(proj.weight, std=std)
         nn.init.normal_(self.o_proj.weight, std=out_std)
 
-    def forward(self, x: Tensor, state: KVCache | None = None,
-                offset: int = 0) -> tuple[Tensor, KVCache]:
+    def forward(
+        self, x: Tensor, state: KVCache | None = None, offset: int = 0
+    ) -> tuple[Tensor, KVCache]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x)."""
         B, T, d = x.shape
-        q, k, v = (proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
         if self.rope is not None:
             q, k = self.rope(q, offset), self.rope(k, offset)
         index_k = self.indexer.keys(x, offset) if self.indexer is not None else None

@@ -29,11 +29,14 @@ def make_attention(cfg: ModelConfig, kind: str) -> nn.Module:
     """The attention of one layer: 'L' linear (ELU or gated delta rule), 'S' sparse."""
     if kind == "S":
         from glmflash.model.attention_sparse import SparseAttention
+
         return SparseAttention(cfg)
     if cfg.linear_kind == "delta":
         from glmflash.model.attention_delta import DeltaAttention
+
         return DeltaAttention(cfg)
     from glmflash.model.attention_linear import LinearAttention
+
     return LinearAttention(cfg)
 
 
@@ -46,13 +49,16 @@ class DecodeState:
 
     def expand(self, n: int) -> DecodeState:
         """Repeat a batch-1 state n times along the batch (one prompt, n samples)."""
-        return DecodeState(_map_tensors(self.layers, lambda t: t.expand(n, *t.shape[1:])
-                                        .contiguous()), self.position)
+        return DecodeState(
+            _map_tensors(self.layers, lambda t: t.expand(n, *t.shape[1:]).contiguous()),
+            self.position,
+        )
 
     def select(self, index: Tensor) -> DecodeState:
         """Keep the batch rows in `index` (drop finished sequences)."""
-        return DecodeState(_map_tensors(self.layers, lambda t: t.index_select(0, index)),
-                           self.position)
+        return DecodeState(
+            _map_tensors(self.layers, lambda t: t.index_select(0, index)), self.position
+        )
 
 
 def _map_tensors(obj: Any, fn) -> Any:
@@ -63,8 +69,7 @@ def _map_tensors(obj: Any, fn) -> Any:
     if hasattr(obj, "_fields"):  # NamedTuple
         return type(obj)(*(_map_tensors(o, fn) for o in obj))
     if hasattr(obj, "__dataclass_fields__"):
-        return type(obj)(**{k: _map_tensors(getattr(obj, k), fn)
-                            for k in obj.__dataclass_fields__})
+        return type(obj)(**{k: _map_tensors(getattr(obj, k), fn) for k in obj.__dataclass_fields__})
     return obj
 
 
@@ -165,8 +170,12 @@ class GLMFlash(nn.Module):
             aux = aux + stats.balance_loss
             loads.append(stats.load)
         hidden = self.final_norm(merge_streams(h))
-        out = ModelOutput(self.output(hidden), aux_loss=aux, load=torch.stack(loads),
-                          state=DecodeState(new_states, offset + x.shape[1]))
+        out = ModelOutput(
+            self.output(hidden),
+            aux_loss=aux,
+            load=torch.stack(loads),
+            state=DecodeState(new_states, offset + x.shape[1]),
+        )
         if self.cfg.mtp:  # for the MTP loss, in training and evaluation alike
             out.extra["hidden"] = hidden
         return out
@@ -181,8 +190,7 @@ class GLMFlash(nn.Module):
 
     # -- incremental decoding ---------------------------------------------------------------
     @torch.no_grad()
-    def step(self, tokens: Tensor, state: DecodeState | None = None
-             ) -> tuple[Tensor, DecodeState]:
+    def step(self, tokens: Tensor, state: DecodeState | None = None) -> tuple[Tensor, DecodeState]:
         """Consume tokens [B, t] after `state` (None: an empty prefix); return the logits of
         these t positions [B, t, V] and the state after them. Prefill is one call with the
         whole prompt; each decoding step is a call with t = 1."""

@@ -61,7 +61,10 @@ class MoE(nn.Module):
         C, H, E = cfg.d_model, cfg.expert_hidden, cfg.n_experts
         self.n_experts, self.top_k = E, cfg.top_k
         self.balance, self.balance_coef, self.bias_rate = (
-            cfg.balance, cfg.balance_coef, cfg.bias_rate)
+            cfg.balance,
+            cfg.balance_coef,
+            cfg.bias_rate,
+        )
         self.router = nn.Linear(C, E, bias=False)
         # Routed experts as stacked weights: expert e is (w1[e], w3[e], w2[e]).
         self.w1 = nn.Parameter(torch.empty(E, C, H))

@@ -32,7 +32,7 @@ class RotaryEmbedding(nn.Module):
         if offset + T > self.cos.shape[0]:
             self._build(2 * (offset + T))
             self.cos, self.sin = self.cos.to(x.device), self.sin.to(x.device)
-        cos = self.cos[offset: offset + T].to(x.dtype)
-        sin = self.sin[offset: offset + T].to(x.dtype)
+        cos = self.cos[offset : offset + T].to(x.dtype)
+        sin = self.sin[offset : offset + T].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -163,5 +163,11 @@ def make_stream_mixer(cfg: ModelConfig) -> nn.Module:
     raise ValueError(f"unknown stream mixer {cfg.stream_mixer!r}")
 
 
-__all__ = ["HyperConnection", "StaticMixer", "expand_streams", "make_stream_mixer",
-           "merge_streams", "sinkhorn"]
+__all__ = [
+    "HyperConnection",
+    "StaticMixer",
+    "expand_streams",
+    "make_stream_mixer",
+    "merge_streams",
+    "sinkhorn",
+]

@@ -57,14 +57,14 @@ def standardize(images: Tensor, eps: float = 1e-3) -> Tensor:
     mean = flat.mean(-1, keepdim=True)
     sign = torch.where(mean >= flat.median(-1, keepdim=True).values, 1.0, -1.0)
     centred = (flat - mean) * sign
-    scale = (centred.pow(2).mean((-2, -1), keepdim=True) + eps ** 2).sqrt()
+    scale = (centred.pow(2).mean((-2, -1), keepdim=True) + eps**2).sqrt()
     return (centred / scale).view_as(images)
 
 
 def gaussian_kernel(sigma: float = BLUR_SIGMA, radius: int = BLUR_RADIUS) -> Tensor:
     """The separable 2-D Gaussian [2r+1, 2r+1], normalised to sum 1."""
     x = torch.arange(-radius, radius + 1, dtype=torch.float64)
-    g = torch.exp(-x.square() / (2 * sigma ** 2))
+    g = torch.exp(-x.square() / (2 * sigma**2))
     g = g / g.sum()
     return g[:, None] * g[None, :]
 
@@ -78,8 +78,7 @@ def blur(images: Tensor, kernel: Tensor) -> Tensor:
     (its standard deviation by about 1 / (sqrt(4 pi) sigma) = 0.19 at sigma 1.5)."""
     r = kernel.shape[-1] // 2
     weight = kernel.to(images.dtype).expand(images.shape[1], 1, -1, -1)
-    return F.conv2d(F.pad(images, (r, r, r, r), mode="replicate"), weight,
-                    groups=images.shape[1])
+    return F.conv2d(F.pad(images, (r, r, r, r), mode="replicate"), weight, groups=images.shape[1])
 
 
 class Preprocess(nn.Module):
@@ -136,13 +135,17 @@ class VisionBlock(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
         self.mlp_norm = RMSNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, mlp_ratio * width), nn.GELU(),
-                                 nn.Linear(mlp_ratio * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, mlp_ratio * width), nn.GELU(), nn.Linear(mlp_ratio * width, width)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         B, N, C = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(B, N, 3, self.heads, C // self.heads) \
+        q, k, v = (
+            self.qkv(self.attn_norm(x))
+            .view(B, N, 3, self.heads, C // self.heads)
             .permute(2, 0, 3, 1, 4)
+        )
         q, k = self.rotary(q), self.rotary(k)
         a = F.scaled_dot_product_attention(q, k, v)  # no mask: every patch sees every patch
         x = x + self.proj(a.transpose(1, 2).reshape(B, N, C))
@@ -155,8 +158,9 @@ class VisionTower(nn.Module):
     The vision width defaults to d_model / 2 (96 in the 25m preset, at least 32): the tower
     only has to tell 10 digits apart, and half width keeps it a small fraction of the LM."""
 
-    def __init__(self, cfg: ModelConfig, width: int | None = None, heads: int = 4,
-                 n_blocks: int = 2) -> None:
+    def __init__(
+        self, cfg: ModelConfig, width: int | None = None, heads: int = 4, n_blocks: int = 2
+    ) -> None:
         super().__init__()
         width = width or max(32, cfg.d_model // 2)
         self.width = width
@@ -167,8 +171,9 @@ class VisionTower(nn.Module):
         self.blocks = nn.ModuleList(VisionBlock(width, heads) for _ in range(n_blocks))
         self.norm = RMSNorm(width)
         self.merge = nn.Linear(MERGE * MERGE * width, width)
-        self.projector = nn.Sequential(nn.Linear(width, cfg.d_model), nn.GELU(),
-                                       nn.Linear(cfg.d_model, cfg.d_model))
+        self.projector = nn.Sequential(
+            nn.Linear(width, cfg.d_model), nn.GELU(), nn.Linear(cfg.d_model, cfg.d_model)
+        )
 
     def forward(self, images: Tensor) -> Tensor:
         x = self.patch_embed(self.preprocess(images)) + self.row[:, None] + self.col[None, :]
@@ -207,8 +212,7 @@ class VisionLanguageModel(nn.Module):
     def __init__(self, lm: GLMFlash, tower: nn.Module, prompt: str = PROMPT) -> None:
         super().__init__()
         self.lm, self.tower, self.prompt = lm, tower, prompt
-        self.register_buffer("tokens", torch.tensor(image_prompt_tokens(prompt)),
-                             persistent=False)
+        self.register_buffer("tokens", torch.tensor(image_prompt_tokens(prompt)), persistent=False)
         self.register_buffer("digit_tokens", torch.tensor(DIGIT_TOKENS), persistent=False)
 
     def embed(self, images: Tensor) -> Tensor:
@@ -244,5 +248,12 @@ class VisionLanguageModel(nn.Module):
         return torch.where(match.any(-1), match.float().argmax(-1), -1)
 
 
-__all__ = ["DirectPatchBaseline", "VisionLanguageModel", "VisionTower", "image_prompt_tokens",
-           "make_tower", "merge_2x2", "patchify"]
+__all__ = [
+    "DirectPatchBaseline",
+    "VisionLanguageModel",
+    "VisionTower",
+    "image_prompt_tokens",
+    "make_tower",
+    "merge_2x2",
+    "patchify",
+]

@@ -66,8 +66,9 @@ def commit_dir(tmp: Path, final: Path) -> None:
 
 def write_model_files(folder: Path, model: GLMFlash, meta: dict[str, Any]) -> None:
     """Write the weights and config.json into an existing folder (not atomic by itself)."""
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-             if k not in TIED}
+    state = {
+        k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in TIED
+    }
     save_file(state, str(folder / WEIGHTS))
     meta = {**meta, "sha256": sha256_file(folder / WEIGHTS)}
     config = {"model": model.cfg.to_dict(), "meta": meta}
@@ -98,8 +99,9 @@ def read_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
         raise CheckpointError(f"checkpoint config is corrupt: {path} ({e})") from None
 
 
-def load_model(folder: str | Path, device: str | torch.device = "cpu",
-               verify_hash: bool = True) -> tuple[GLMFlash, dict[str, Any]]:
+def load_model(
+    folder: str | Path, device: str | torch.device = "cpu", verify_hash: bool = True
+) -> tuple[GLMFlash, dict[str, Any]]:
     """Load a checkpoint folder into a new model; returns (model, meta)."""
     cfg, meta = read_config(folder)
     path = Path(folder) / WEIGHTS
@@ -115,13 +117,17 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     expected = {k: v for k, v in model.state_dict().items() if k not in TIED}
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(f"checkpoint weights do not fit the config: {path} "
-                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise CheckpointError(
+            f"checkpoint weights do not fit the config: {path} "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     for k, v in state.items():
         if v.shape != expected[k].shape:
-            raise CheckpointError(f"checkpoint weights do not fit the config: {path} "
-                                  f"({k} has shape {tuple(v.shape)}, "
-                                  f"expected {tuple(expected[k].shape)})")
+            raise CheckpointError(
+                f"checkpoint weights do not fit the config: {path} "
+                f"({k} has shape {tuple(v.shape)}, "
+                f"expected {tuple(expected[k].shape)})"
+            )
     model.load_state_dict(state, strict=False)
     return model.to(device), meta
 
@@ -140,8 +146,11 @@ def checkpoint_dirs(out: Path) -> list[Path]:
 
 
 def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": np.random.get_state()}
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -150,16 +159,20 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
 
 
-def save_training_state(out: Path, step: int, model: GLMFlash,
-                        optimizer: torch.optim.Optimizer, keep: int,
-                        metrics: dict[str, Any]) -> Path:
+def save_training_state(
+    out: Path,
+    step: int,
+    model: GLMFlash,
+    optimizer: torch.optim.Optimizer,
+    keep: int,
+    metrics: dict[str, Any],
+) -> Path:
     """Atomically write checkpoint `step` (weights, optimizer, RNG, data position)."""
     final = out / "checkpoints" / f"step_{step:06d}"
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = atomic_dir(final)
     write_model_files(tmp, model, {"step": step, **metrics})
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()},
-               tmp / STATE)
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / STATE)
     commit_dir(tmp, final)
     for old in checkpoint_dirs(out)[:-keep]:  # out of the list first: never half deleted
         trash = old.with_name(f".{old.name}.old-{os.getpid()}")
@@ -169,8 +182,7 @@ def save_training_state(out: Path, step: int, model: GLMFlash,
     return final
 
 
-def load_training_state(folder: Path, model: GLMFlash,
-                        optimizer: torch.optim.Optimizer) -> int:
+def load_training_state(folder: Path, model: GLMFlash, optimizer: torch.optim.Optimizer) -> int:
     """Restore weights, optimizer and RNG from a checkpoint folder; returns its step."""
     loaded, _ = load_model(folder)
     model.load_state_dict(loaded.state_dict())

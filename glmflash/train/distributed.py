@@ -61,7 +61,7 @@ def all_reduce_gradients(model: nn.Module, info: DistInfo) -> None:
     offset = 0
     for p in params:
         n = p.numel()
-        p.grad.copy_(flat[offset: offset + n].view_as(p.grad))
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
         offset += n
 
 

@@ -36,10 +36,18 @@ def newton_schulz(g: Tensor, steps: int = 5, dtype: torch.dtype = torch.float32)
 
 
 class Muon(torch.optim.Optimizer):
-    def __init__(self, params, lr: float, momentum: float = 0.95, weight_decay: float = 0.0,
-                 ns_steps: int = 5, ns_dtype: torch.dtype = torch.float32) -> None:
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                      ns_steps=ns_steps))
+    def __init__(
+        self,
+        params,
+        lr: float,
+        momentum: float = 0.95,
+        weight_decay: float = 0.0,
+        ns_steps: int = 5,
+        ns_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(
+            params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps)
+        )
         self.ns_dtype = ns_dtype
 
     @torch.no_grad()
@@ -64,17 +72,24 @@ class MuonWithAdamW:
     def __init__(self, model: nn.Module, cfg: Any, ns_dtype: torch.dtype | None = None) -> None:
         from glmflash.machine import fast_matmul_dtype
 
-        hidden = [p for n, p in model.named_parameters()
-                  if p.ndim >= 2 and not n.startswith(("embedding", "output"))]
+        hidden = [
+            p
+            for n, p in model.named_parameters()
+            if p.ndim >= 2 and not n.startswith(("embedding", "output"))
+        ]
         ids = {id(p) for p in hidden}
         rest = [p for p in model.parameters() if id(p) not in ids]
         if ns_dtype is None:
             ns_dtype = fast_matmul_dtype(next(model.parameters()).device)
         self.muon = Muon(hidden, lr=cfg.lr, weight_decay=cfg.weight_decay, ns_dtype=ns_dtype)
         self.adamw = torch.optim.AdamW(
-            [{"params": [p for p in rest if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-             {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0}],
-            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+            [
+                {"params": [p for p in rest if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+                {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0},
+            ],
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+        )
 
     @property
     def ns_dtype(self) -> torch.dtype:

@@ -13,10 +13,13 @@ def make_optimizer(model: GLMFlash, cfg: PretrainConfig) -> torch.optim.Optimize
     """AdamW; weight decay on matrices (ndim >= 2) only, never on norms, gains or biases."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": rest, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": rest, "weight_decay": 0.0},
+    ]
     if cfg.optimizer == "muon":
         from glmflash.train.muon import MuonWithAdamW
+
         return MuonWithAdamW(model, cfg)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False)
 

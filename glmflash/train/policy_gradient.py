@@ -94,9 +94,15 @@ class Surrogate:
     clip_fraction: float
 
 
-def policy_surrogate(logp: Tensor, mask: Tensor, adv: Tensor, aggregation: str = "sequence",
-                     budget: int = 1, old_logp: Tensor | None = None,
-                     clip: float = 0.2) -> Surrogate:
+def policy_surrogate(
+    logp: Tensor,
+    mask: Tensor,
+    adv: Tensor,
+    aggregation: str = "sequence",
+    budget: int = 1,
+    old_logp: Tensor | None = None,
+    clip: float = 0.2,
+) -> Surrogate:
     """-(1/N) sum_i agg_i(A_i * term_it) with term = logp (no old policy) or PPO's clipped
     ratio against `old_logp`. N is len(adv)."""
     a = adv[:, None].to(logp.dtype)
@@ -119,5 +125,13 @@ def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
     return ((torch.exp(d) - d - 1) * mask).sum() / mask.sum().clamp_min(1)
 
 
-__all__ = ["ADVANTAGES", "AGGREGATIONS", "ALGORITHMS", "Surrogate", "advantages", "aggregate",
-           "k3_kl", "policy_surrogate"]
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "ALGORITHMS",
+    "Surrogate",
+    "advantages",
+    "aggregate",
+    "k3_kl",
+    "policy_surrogate",
+]

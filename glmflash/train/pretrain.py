@@ -59,16 +59,24 @@ RUN = "run.json"
 
 # -- data ------------------------------------------------------------------------------------
 
+
 def training_stream(cfg: PretrainConfig, dist: DistInfo, split: str = "train"):
     """The packed token stream of the chosen corpus for this rank."""
     from glmflash.data.stream import PackedStream, make_corpus
-    return PackedStream(make_corpus(cfg.corpus, cfg.seed, split=split), seq_len=cfg.seq_len,
-                        seed=cfg.seed, rank=dist.rank, world_size=dist.world_size)
+
+    return PackedStream(
+        make_corpus(cfg.corpus, cfg.seed, split=split),
+        seq_len=cfg.seq_len,
+        seed=cfg.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+    )
 
 
 @torch.no_grad()
-def eval_loss(model: GLMFlash, stream, cfg: PretrainConfig, amp: torch.dtype | None,
-              device: torch.device) -> float:
+def eval_loss(
+    model: GLMFlash, stream, cfg: PretrainConfig, amp: torch.dtype | None, device: torch.device
+) -> float:
     """Mean next-token loss on `eval_batches` fixed batches of the dev stream."""
     was = model.training
     model.eval()
@@ -95,16 +103,25 @@ def set_indexer_mode(model: GLMFlash, collect: bool, dense: bool) -> None:
 
 
 def indexer_kl(model: GLMFlash) -> torch.Tensor | None:
-    terms = [attn.indexer_kl for attn in sparse_layers(model)
-             if getattr(attn, "indexer", None) is not None and attn.indexer_kl is not None]
+    terms = [
+        attn.indexer_kl
+        for attn in sparse_layers(model)
+        if getattr(attn, "indexer", None) is not None and attn.indexer_kl is not None
+    ]
     return torch.stack(terms).sum() if terms else None
 
 
 # -- the loop --------------------------------------------------------------------------------
 
-def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume: bool = False,
-             model_overrides: dict[str, Any] | None = None,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+
+def pretrain(
+    cfg: PretrainConfig,
+    out: str | Path,
+    device: str = "auto",
+    resume: bool = False,
+    model_overrides: dict[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Train (or resume) the run in `out`; returns a summary dict."""
     out = Path(out)
     dev = resolve_device(device)
@@ -156,10 +173,16 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
         for moe, layer_load in zip(model.moe_layers(), load, strict=True):
             moe.update_bias(layer_load)
         done = step + 1
-        metrics = {"step": done, "loss": float(all_reduce_mean(o.loss.detach(), dist)),
-                   "aux": float(o.aux_loss.detach()), "lr": lr_at(step, cfg),
-                   "grad_norm": grad_norm, "tokens": done * tokens_per_step,
-                   "max_load": float(load.max()), "min_load": float(load.min())}
+        metrics = {
+            "step": done,
+            "loss": float(all_reduce_mean(o.loss.detach(), dist)),
+            "aux": float(o.aux_loss.detach()),
+            "lr": lr_at(step, cfg),
+            "grad_norm": grad_norm,
+            "tokens": done * tokens_per_step,
+            "max_load": float(load.max()),
+            "min_load": float(load.min()),
+        }
         if kl is not None:
             metrics["indexer_kl"] = float(kl.detach())
         if done % cfg.eval_every == 0 or done == cfg.steps:
@@ -170,12 +193,21 @@ def pretrain(cfg: PretrainConfig, out: str | Path, device: str = "auto", resume:
         if dist.is_main:
             append_jsonl(out / METRICS, metrics)
             scalars.add(metrics)
-            progress.update(done, loss=metrics["loss"], tok_s=metrics["tokens_per_s"],
-                            **({"dev": metrics["dev_loss"]} if "dev_loss" in metrics else {}))
+            progress.update(
+                done,
+                loss=metrics["loss"],
+                tok_s=metrics["tokens_per_s"],
+                **({"dev": metrics["dev_loss"]} if "dev_loss" in metrics else {}),
+            )
             if done % cfg.ckpt_every == 0 or done == cfg.steps:
-                save_training_state(out, done, model, optimizer, cfg.keep_checkpoints,
-                                    {"loss": metrics["loss"],
-                                     "dev_loss": metrics.get("dev_loss")})
+                save_training_state(
+                    out,
+                    done,
+                    model,
+                    optimizer,
+                    cfg.keep_checkpoints,
+                    {"loss": metrics["loss"], "dev_loss": metrics.get("dev_loss")},
+                )
         last = metrics
     progress.close()
     if scalars is not None:
@@ -196,12 +228,14 @@ def dev_pass_at_1(model: GLMFlash, cfg: PretrainConfig) -> dict[str, float]:
         return {}
     from glmflash.data.code_tasks import tasks
     from glmflash.evaluate.coding import evaluate_tasks
+
     result = evaluate_tasks(model, tasks("dev", per_family=cfg.eval_tasks, seed=cfg.seed))
     return {"dev_pass1": result.pass_rate}
 
 
-def prepare_run(cfg: PretrainConfig, out: Path, resume: bool,
-                overrides: dict[str, Any], dist: DistInfo) -> ModelConfig:
+def prepare_run(
+    cfg: PretrainConfig, out: Path, resume: bool, overrides: dict[str, Any], dist: DistInfo
+) -> ModelConfig:
     """Check the output folder and record the run's settings; refuse to clobber a run."""
     overrides = dict(overrides)
     context = overrides.pop("context", model_config(cfg.preset).context)
@@ -213,20 +247,25 @@ def prepare_run(cfg: PretrainConfig, out: Path, resume: bool,
             raise TrainError(f"nothing to resume in {out}: {run_file} not found")
         saved = json.loads(run_file.read_text())
         diff = [k for k in record["pretrain"] if saved["pretrain"].get(k) != record["pretrain"][k]]
-        diff += [f"model.{k}" for k in record["model"] if saved["model"].get(k) !=
-                 record["model"][k]]
+        diff += [
+            f"model.{k}" for k in record["model"] if saved["model"].get(k) != record["model"][k]
+        ]
         if diff:
-            raise TrainError(f"--resume with settings that differ from the run in {out}: "
-                             f"{', '.join(diff)}")
+            raise TrainError(
+                f"--resume with settings that differ from the run in {out}: {', '.join(diff)}"
+            )
         if not checkpoint_dirs(out):
-            raise TrainError(f"nothing to resume in {out}: no checkpoint under "
-                             f"{out / 'checkpoints'}")
+            raise TrainError(
+                f"nothing to resume in {out}: no checkpoint under {out / 'checkpoints'}"
+            )
         return mcfg
     if run_file.exists() or checkpoint_dirs(out):
-        raise TrainError(f"{out} already holds a run; use --resume to continue it or choose "
-                         f"another --out")
+        raise TrainError(
+            f"{out} already holds a run; use --resume to continue it or choose another --out"
+        )
     if dist.world_size > 1:  # every rank has checked before rank 0 writes
         import torch.distributed
+
         torch.distributed.barrier()
     if dist.is_main:
         try:
@@ -247,11 +286,13 @@ def precision_choices(optimizer: Any, amp: torch.dtype | None) -> dict[str, Any]
 
 # -- logs and plots --------------------------------------------------------------------------
 
+
 def plot_losses(metrics: Path, png: Path) -> None:
     rows = list(read_jsonl(metrics))
     if not rows:
         return
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -272,6 +313,7 @@ def plot_losses(metrics: Path, png: Path) -> None:
 
 # -- command line ----------------------------------------------------------------------------
 
+
 def parse_model_options(items: list[str]) -> dict[str, Any]:
     """KEY=VALUE strings -> typed model overrides (types from ModelConfig's defaults)."""
     defaults = ModelConfig().to_dict()
@@ -279,14 +321,17 @@ def parse_model_options(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or key not in defaults:
-            raise TrainError(f"bad --model-option {item!r}: expected KEY=VALUE with KEY one of "
-                             f"{', '.join(defaults)}")
+            raise TrainError(
+                f"bad --model-option {item!r}: expected KEY=VALUE with KEY one of "
+                f"{', '.join(defaults)}"
+            )
         kind = type(defaults[key])
         try:
             out[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
         except ValueError:
-            raise TrainError(f"bad --model-option {item!r}: {key} needs a {kind.__name__}") \
-                from None
+            raise TrainError(
+                f"bad --model-option {item!r}: {key} needs a {kind.__name__}"
+            ) from None
     return out
 
 
@@ -294,10 +339,16 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics, plots)")
     add_config_flags(p, PretrainConfig)
     p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
-    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a model config field, e.g. linear_kind=delta")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its latest checkpoint")
+    p.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a model config field, e.g. linear_kind=delta",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
+    )
 
 
 def run(args) -> int:
@@ -311,13 +362,26 @@ def run(args) -> int:
             saved = json.loads((out / RUN).read_text())
             base = saved["pretrain"]
             preset_model = model_config(saved["pretrain"]["preset"]).to_dict()
-            overrides = {**{k: v for k, v in saved["model"].items()
-                            if preset_model.get(k) != v and k != "context"}, **overrides}
+            overrides = {
+                **{
+                    k: v
+                    for k, v in saved["model"].items()
+                    if preset_model.get(k) != v and k != "context"
+                },
+                **overrides,
+            }
         cfg = PretrainConfig(**{**base, **given(PretrainConfig, args)})
-        summary = pretrain(cfg, out, device=args.device, resume=args.resume,
-                           model_overrides=overrides)
+        summary = pretrain(
+            cfg, out, device=args.device, resume=args.resume, model_overrides=overrides
+        )
     except (TrainError, ConfigError, ckpt.CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
-    print(json.dumps({k: summary.get(k) for k in ("steps", "loss", "dev_loss", "dev_pass1",
-                                                  "tokens_per_s", "wall_seconds")}))
+    print(
+        json.dumps(
+            {
+                k: summary.get(k)
+                for k in ("steps", "loss", "dev_loss", "dev_pass1", "tokens_per_s", "wall_seconds")
+            }
+        )
+    )
     return 0

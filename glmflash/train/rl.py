@@ -76,59 +76,81 @@ class RLConfig:
     """One RL run. The defaults are the pipeline's RL stage; every field is a flag of
     `glmflash rl` (`flags.add_config_flags`)."""
 
-    objective: str = setting("rloo", "rloo: reward from the verifier; sft: imitate the "
-                             "reference bodies (the supervised control)", OBJECTIVES)
-    families: tuple[str, ...] = setting(("increment", "double", "even"),
-                                        "seed families trained (the reference lab's three)")
-    ladder_share: float = setting(0.5, "share of the groups drawn from the ladder's RL "
-                                  "structures")
+    objective: str = setting(
+        "rloo",
+        "rloo: reward from the verifier; sft: imitate the "
+        "reference bodies (the supervised control)",
+        OBJECTIVES,
+    )
+    families: tuple[str, ...] = setting(
+        ("increment", "double", "even"), "seed families trained (the reference lab's three)"
+    )
+    ladder_share: float = setting(0.5, "share of the groups drawn from the ladder's RL structures")
     groups: int = setting(96, "tasks in the run, each one group of group_size completions")
     group_size: int = setting(16, "completions sampled per task (the leave-one-out group)")
     tasks_per_step: int = setting(4, "groups batched into one optimizer step")
     temperature: float = setting(0.8, "sampling temperature of the rollouts")
     top_p: float = setting(1.0, "nucleus sampling of the rollouts (1: off)")
     lr: float = setting(1e-4, "AdamW learning rate (0 updates nothing: rl-ablations' control)")
-    reward: str = setting("binary", "binary: all cases pass; partial: share of cases passed",
-                          ("binary", "partial"))
+    reward: str = setting(
+        "binary", "binary: all cases pass; partial: share of cases passed", ("binary", "partial")
+    )
     invalid_penalty: float = setting(-0.1, "reward of a program that does not parse or run")
-    scope: str = setting("last-block-head", "trained parameters: last block + final norm + "
-                         "tied embedding, last block only, or all", SCOPES)
+    scope: str = setting(
+        "last-block-head",
+        "trained parameters: last block + final norm + tied embedding, last block only, or all",
+        SCOPES,
+    )
     seed: int = setting(31415, "task order and sampling")
     kl: float = setting(0.0, "weight of the k3 KL penalty to the initial policy")
-    ptx: float = setting(0.0, "weight of the pretraining next-token loss mixed into each "
-                         "update (InstructGPT's PPO-ptx)")
+    ptx: float = setting(
+        0.0,
+        "weight of the pretraining next-token loss mixed into each update (InstructGPT's PPO-ptx)",
+    )
     ptx_batch: int = setting(8, "rows of PTX_SEQ_LEN pretraining tokens per update")
     normalize_std: bool = setting(False, "divide RLOO's advantages by the group's reward std")
-    advantage: str = setting("rloo", "advantage estimator: leave-one-out, group mean and std "
-                             "(GRPO), group mean (Dr. GRPO)", ADVANTAGES)
-    aggregation: str = setting("sequence", "a completion's log-probability: summed, averaged "
-                               "over its tokens (GRPO), or over a constant budget (Dr. GRPO)",
-                               AGGREGATIONS)
-    update_epochs: int = setting(1, "updates per batch of rollouts; above 1, PPO's clipped "
-                                 "ratio against the sampling policy")
+    advantage: str = setting(
+        "rloo",
+        "advantage estimator: leave-one-out, group mean and std (GRPO), group mean (Dr. GRPO)",
+        ADVANTAGES,
+    )
+    aggregation: str = setting(
+        "sequence",
+        "a completion's log-probability: summed, averaged "
+        "over its tokens (GRPO), or over a constant budget (Dr. GRPO)",
+        AGGREGATIONS,
+    )
+    update_epochs: int = setting(
+        1, "updates per batch of rollouts; above 1, PPO's clipped ratio against the sampling policy"
+    )
     clip: float = setting(0.2, "PPO's ratio range [1 - clip, 1 + clip] (update_epochs > 1)")
-    max_new_tokens: int = setting(MAX_NEW_TOKENS, "token budget of a rollout (the ladder's "
-                                  "step-by-step bodies need the room)")
+    max_new_tokens: int = setting(
+        MAX_NEW_TOKENS, "token budget of a rollout (the ladder's step-by-step bodies need the room)"
+    )
     eval_every: int = setting(32, "groups between dev evaluations (checkpoint selection)")
-    dev_per_family: int = setting(40, "dev tasks per trained family for checkpoint selection "
-                                  "(24 were too few to choose on)")
-    dev_ladder: int = setting(60, "dev tasks of the ladder's RL structures (when ladder_share "
-                              "> 0)")
+    dev_per_family: int = setting(
+        40, "dev tasks per trained family for checkpoint selection (24 were too few to choose on)"
+    )
+    dev_ladder: int = setting(60, "dev tasks of the ladder's RL structures (when ladder_share > 0)")
     grad_clip: float = setting(1.0, "gradient norm clip")
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got "
-                             f"{self.objective!r}")
+            raise ValueError(
+                f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
+            )
         if not 0 <= self.ladder_share <= 1:
             raise ValueError(f"ladder share must be in [0, 1], got {self.ladder_share}")
         unknown = [f for f in self.families if f not in FAMILIES]
         if unknown or (not self.families and self.ladder_share < 1):
-            raise ValueError(f"unknown family {', '.join(unknown) or '(none given)'}; choose from "
-                             f"{', '.join(FAMILIES)}")
+            raise ValueError(
+                f"unknown family {', '.join(unknown) or '(none given)'}; choose from "
+                f"{', '.join(FAMILIES)}"
+            )
         if self.group_size < 2:
-            raise ValueError(f"group size must be at least 2 for a leave-one-out baseline, "
-                             f"got {self.group_size}")
+            raise ValueError(
+                f"group size must be at least 2 for a leave-one-out baseline, got {self.group_size}"
+            )
         if self.groups < 1 or self.tasks_per_step < 1 or self.eval_every < 1:
             raise ValueError("groups, tasks per step and eval every must be positive")
         if self.scope not in SCOPES:
@@ -138,17 +160,22 @@ class RLConfig:
         if self.temperature <= 0:
             raise ValueError("temperature must be positive for sampling")
         if self.lr < 0:
-            raise ValueError(f"learning rate must be non-negative (0 updates nothing), got "
-                             f"{self.lr}")
+            raise ValueError(
+                f"learning rate must be non-negative (0 updates nothing), got {self.lr}"
+            )
         if self.kl < 0 or self.ptx < 0 or self.ptx_batch < 1:
             raise ValueError("kl and ptx must be non-negative and ptx batch positive")
         if self.advantage not in ADVANTAGES or self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"advantage must be one of {', '.join(ADVANTAGES)} and aggregation "
-                             f"one of {', '.join(AGGREGATIONS)}, got {self.advantage!r}, "
-                             f"{self.aggregation!r}")
+            raise ValueError(
+                f"advantage must be one of {', '.join(ADVANTAGES)} and aggregation "
+                f"one of {', '.join(AGGREGATIONS)}, got {self.advantage!r}, "
+                f"{self.aggregation!r}"
+            )
         if self.update_epochs < 1 or not 0 < self.clip < 1:
-            raise ValueError(f"update epochs must be positive and clip in (0, 1), got "
-                             f"{self.update_epochs}, {self.clip}")
+            raise ValueError(
+                f"update epochs must be positive and clip in (0, 1), got "
+                f"{self.update_epochs}, {self.clip}"
+            )
 
 
 def set_scope(model: GLMFlash, scope: str) -> int:
@@ -175,8 +202,9 @@ class Scored(NamedTuple):
     entropy: Tensor
 
 
-def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: list[list[int]]
-                      ) -> Scored:
+def sequence_logprobs(
+    model: GLMFlash, prompts: list[list[int]], completions: list[list[int]]
+) -> Scored:
     """Per-token log pi of each completion given its prompt, in one right-padded batch."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
     T = max(len(s) for s in seqs)
@@ -185,7 +213,7 @@ def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: li
     mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=device)
     for i, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
         ids[i, : len(s)] = torch.tensor(s)
-        mask[i, len(p): len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
+        mask[i, len(p) : len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
     logits = model(ids[:, :-1]).logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     log_probs = torch.log_softmax(logits, -1)
@@ -197,6 +225,7 @@ def sequence_logprobs(model: GLMFlash, prompts: list[list[int]], completions: li
 
 def reward_of(verdict, cfg: RLConfig) -> float:
     from glmflash.verify import reward
+
     return reward(verdict, cfg.reward, cfg.invalid_penalty)
 
 
@@ -204,10 +233,13 @@ def rl_tasks(cfg: RLConfig) -> list[CodeTask]:
     """The RL split's tasks in training order: round(groups * ladder_share) tasks of the
     ladder's RL structures spread evenly among the seed-family tasks (families interleaved)."""
     n_ladder = round(cfg.groups * cfg.ladder_share)
-    parts = [interleaved_tasks("rl", cfg.families, cfg.groups - n_ladder, cfg.seed),
-             ladder.rl_ladder_tasks("rl", n_ladder, cfg.seed)]
-    keyed = [((i + 0.5) / len(part), j, t) for j, part in enumerate(parts)
-             for i, t in enumerate(part)]
+    parts = [
+        interleaved_tasks("rl", cfg.families, cfg.groups - n_ladder, cfg.seed),
+        ladder.rl_ladder_tasks("rl", n_ladder, cfg.seed),
+    ]
+    keyed = [
+        ((i + 0.5) / len(part), j, t) for j, part in enumerate(parts) for i, t in enumerate(part)
+    ]
     return [t for *_, t in sorted(keyed, key=lambda k: k[:2])]
 
 
@@ -219,8 +251,15 @@ def dev_tasks(cfg: RLConfig) -> list[CodeTask]:
     return out
 
 
-def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "auto",
-             resume: bool = False, log=None, progress: bool = True) -> dict[str, Any]:
+def train_rl(
+    init: str | Path,
+    out: str | Path,
+    cfg: RLConfig,
+    device: str = "auto",
+    resume: bool = False,
+    log=None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Run RLOO from checkpoint `init` into `out`; returns a summary dict."""
     log = log or (lambda m: print(m, file=sys.stderr))
     out, dev = Path(out), resolve_device(device)
@@ -265,7 +304,7 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
     g = start
     while g < cfg.groups:
-        batch = order[g: min(cfg.groups, g + cfg.tasks_per_step)]
+        batch = order[g : min(cfg.groups, g + cfg.tasks_per_step)]
         step = _rl_step if cfg.objective == "rloo" else _sft_step
         stats = step(model, reference, ptx, optimizer, params, batch, g, cfg, out)
         g += len(batch)
@@ -276,15 +315,23 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
             stats["dev_pass1"] = best["last"]
         append_jsonl(out / METRICS, stats)
         scalars.add(stats)
-        bar.update(g, reward=stats["reward_mean"], pass_rate=stats["pass_rate"],
-                        rollouts_s=stats["rollouts_per_s"])
+        bar.update(
+            g,
+            reward=stats["reward_mean"],
+            pass_rate=stats["pass_rate"],
+            rollouts_s=stats["rollouts_per_s"],
+        )
         save_training_state(out, g, model, optimizer, keep=1, metrics={"group": g})
     bar.close()
     scalars.close()
     rows = list(read_jsonl(out / METRICS))
-    summary.update(groups=cfg.groups, wall_seconds=time.perf_counter() - t0,
-                   no_spread_groups=sum(r["no_spread"] for r in rows),
-                   best_dev=best, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
+    summary.update(
+        groups=cfg.groups,
+        wall_seconds=time.perf_counter() - t0,
+        no_spread_groups=sum(r["no_spread"] for r in rows),
+        best_dev=best,
+        rollouts_per_s=n_rollouts / (time.perf_counter() - t0),
+    )
     plot_rl(rows, out / "rl.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -293,8 +340,12 @@ def train_rl(init: str | Path, out: str | Path, cfg: RLConfig, device: str = "au
 def ptx_stream(cfg: RLConfig, context: int):
     """The pretraining corpus ("tasks", train split) as a packed stream for the ptx term."""
     from glmflash.data.stream import PackedStream, make_corpus
-    return PackedStream(make_corpus("tasks", cfg.seed), seq_len=min(PTX_SEQ_LEN, context),
-                        seed=derive_seed("ptx", cfg.seed))
+
+    return PackedStream(
+        make_corpus("tasks", cfg.seed),
+        seq_len=min(PTX_SEQ_LEN, context),
+        seed=derive_seed("ptx", cfg.seed),
+    )
 
 
 def rl_optimizer(params: list[Tensor], cfg: RLConfig) -> torch.optim.Optimizer:
@@ -302,8 +353,17 @@ def rl_optimizer(params: list[Tensor], cfg: RLConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
 
 
-def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,
-             cfg: RLConfig, out: Path) -> dict[str, Any]:
+def _rl_step(
+    model,
+    reference,
+    ptx,
+    optimizer,
+    params,
+    batch: list[CodeTask],
+    g0: int,
+    cfg: RLConfig,
+    out: Path,
+) -> dict[str, Any]:
     """Sample, verify and reward G completions for each task of `batch`; update; the step's
     health figures."""
     from glmflash.verify import verify_many
@@ -311,38 +371,68 @@ def _rl_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0
     # one call for the whole step: prompts of equal length share decoding batches; the seed
     # is the step's first group index, so resuming at a step boundary reproduces the samples
     owners = [task for task in batch for _ in range(cfg.group_size)]
-    completions = generate(model, [t.prompt for t in owners], cfg.max_new_tokens,
-                           temperature=cfg.temperature, top_p=cfg.top_p,
-                           seed=derive_seed("rl", cfg.seed, g0))
+    completions = generate(
+        model,
+        [t.prompt for t in owners],
+        cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=derive_seed("rl", cfg.seed, g0),
+    )
     prompts = [c.prompt_ids for c in completions]
-    verdicts = verify_many([completion_source(t, c.text) for t, c in zip(owners, completions,
-                                                                         strict=True)],
-                           [t.task for t in owners])
+    verdicts = verify_many(
+        [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)],
+        [t.task for t in owners],
+    )
     rewards = torch.tensor([reward_of(v, cfg) for v in verdicts], dtype=torch.float64)
     rewards = rewards.view(len(batch), -1)
     adv = advantages(rewards, cfg.advantage, cfg.normalize_std).flatten()
     no_spread = int((rewards.max(-1).values == rewards.min(-1).values).sum())
     for i, (t, c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
-        append_jsonl(out / ROLLOUTS, {"step": g0 + i // cfg.group_size + 1, "task": t.name,
-                                      "family": t.family, "prompt": t.prompt,
-                                      "completion": c.text, "status": v.status,
-                                      "passed": v.passed, "total": v.total,
-                                      "reward": float(rewards.flatten()[i]),
-                                      "advantage": float(adv[i])})
+        append_jsonl(
+            out / ROLLOUTS,
+            {
+                "step": g0 + i // cfg.group_size + 1,
+                "task": t.name,
+                "family": t.family,
+                "prompt": t.prompt,
+                "completion": c.text,
+                "status": v.status,
+                "passed": v.passed,
+                "total": v.total,
+                "reward": float(rewards.flatten()[i]),
+                "advantage": float(adv[i]),
+            },
+        )
     lm_batch = ptx.batch(g0 // cfg.tasks_per_step, cfg.ptx_batch) if ptx is not None else None
-    update = policy_update(model, reference, optimizer, params, prompts, completions, adv, cfg,
-                           lm_batch)
+    update = policy_update(
+        model, reference, optimizer, params, prompts, completions, adv, cfg, lm_batch
+    )
     statuses = [v.status for v in verdicts]
-    return {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
-            "pass_rate": statuses.count("pass") / len(statuses),
-            "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses)
-            / len(statuses), "no_spread": no_spread, "no_spread_share": no_spread / len(batch),
-            **update, "mean_len": sum(len(c.ids) for c in completions) / len(completions),
-            "truncation_rate": sum(c.stop == "length" for c in completions) / len(completions)}
+    return {
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
+        "pass_rate": statuses.count("pass") / len(statuses),
+        "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses) / len(statuses),
+        "no_spread": no_spread,
+        "no_spread_share": no_spread / len(batch),
+        **update,
+        "mean_len": sum(len(c.ids) for c in completions) / len(completions),
+        "truncation_rate": sum(c.stop == "length" for c in completions) / len(completions),
+    }
 
 
-def _sft_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g0: int,
-              cfg: RLConfig, out: Path) -> dict[str, Any]:
+def _sft_step(
+    model,
+    reference,
+    ptx,
+    optimizer,
+    params,
+    batch: list[CodeTask],
+    g0: int,
+    cfg: RLConfig,
+    out: Path,
+) -> dict[str, Any]:
     """The supervised counterpart of `_rl_step` on the same tasks: one update on each task's
     reference body (+ EOS), mean token log-likelihood; no sampling, no verifier, no reward.
     (reference, ptx and out are unused: same signature as _rl_step.)"""
@@ -355,13 +445,27 @@ def _sft_step(model, reference, ptx, optimizer, params, batch: list[CodeTask], g
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     optimizer.step()
-    return {"reward_mean": None, "pass_rate": None, "invalid_rate": None, "no_spread": 0,
-            "loss": float(loss.detach()), "mean_len": sum(len(b) for b in bodies) / len(bodies)}
+    return {
+        "reward_mean": None,
+        "pass_rate": None,
+        "invalid_rate": None,
+        "no_spread": 0,
+        "loss": float(loss.detach()),
+        "mean_len": sum(len(b) for b in bodies) / len(bodies),
+    }
 
 
-def policy_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params,
-                  prompts: list[list[int]], completions, adv: Tensor, cfg: RLConfig,
-                  lm_batch: tuple[Tensor, Tensor] | None = None) -> dict[str, float | None]:
+def policy_update(
+    model: GLMFlash,
+    reference: GLMFlash | None,
+    optimizer,
+    params,
+    prompts: list[list[int]],
+    completions,
+    adv: Tensor,
+    cfg: RLConfig,
+    lm_batch: tuple[Tensor, Tensor] | None = None,
+) -> dict[str, float | None]:
     """cfg.update_epochs policy-gradient steps on the completions with nonzero advantage.
     The scored tokens are exactly the sampled ones: the body, plus EOS when it ended there.
     `lm_batch` (x, y) adds cfg.ptx times its next-token loss. A batch with no advantage is
@@ -370,11 +474,9 @@ def policy_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params
     on the scored tokens before it, and the mean clip fraction over the updates."""
     sel = (adv != 0).nonzero().flatten().tolist()
     if not sel:
-        return {"loss": 0.0, "grad_norm": 0.0, "entropy": None, "kl": None,
-                "clip_fraction": 0.0}
+        return {"loss": 0.0, "grad_norm": 0.0, "entropy": None, "kl": None, "clip_fraction": 0.0}
     model.train()
-    ids = [completions[i].ids + ([tok.EOS] if completions[i].stop == "eos" else [])
-           for i in sel]
+    ids = [completions[i].ids + ([tok.EOS] if completions[i].stop == "eos" else []) for i in sel]
     chosen = [prompts[i] for i in sel]
     ref = None
     if reference is not None:
@@ -392,8 +494,15 @@ def policy_update(model: GLMFlash, reference: GLMFlash | None, optimizer, params
             stats["kl"] = None if ref is None else float(k3_kl(logp.detach(), ref, mask))
             if cfg.update_epochs > 1:
                 old = logp.detach()
-        surrogate = policy_surrogate(logp, mask, a.to(device=logp.device, dtype=logp.dtype),
-                                     cfg.aggregation, budget, old, cfg.clip)
+        surrogate = policy_surrogate(
+            logp,
+            mask,
+            a.to(device=logp.device, dtype=logp.dtype),
+            cfg.aggregation,
+            budget,
+            old,
+            cfg.clip,
+        )
         clip_fractions.append(surrogate.clip_fraction)
         loss = surrogate.loss
         if ref is not None and cfg.kl > 0:
@@ -420,8 +529,9 @@ def _best_so_far(out: Path) -> dict[str, Any] | None:
     return None
 
 
-def _evaluate_dev(model, todo, cfg: RLConfig, out: Path, g: int,
-                  best: dict[str, Any] | None) -> dict[str, Any]:
+def _evaluate_dev(
+    model, todo, cfg: RLConfig, out: Path, g: int, best: dict[str, Any] | None
+) -> dict[str, Any]:
     """Greedy dev pass@1; keep the best checkpoint by dev only (ties go to the later one)."""
     result = evaluate_tasks(model, todo, max_new_tokens=cfg.max_new_tokens)
     score = result.pass_rate
@@ -432,10 +542,22 @@ def _evaluate_dev(model, todo, cfg: RLConfig, out: Path, g: int,
 
 
 HEALTH_PANELS = (  # (title, ((metrics key, label), ...)) of the RL plot, reward first
-    ("reward", (("reward_mean", "reward (mean)"), ("reward_std", "reward (std)"),
-                ("pass_rate", "sample pass rate"))),
-    ("signal", (("no_spread_share", "groups without spread"),
-                ("truncation_rate", "truncated completions"), ("clip_fraction", "clipped tokens"))),
+    (
+        "reward",
+        (
+            ("reward_mean", "reward (mean)"),
+            ("reward_std", "reward (std)"),
+            ("pass_rate", "sample pass rate"),
+        ),
+    ),
+    (
+        "signal",
+        (
+            ("no_spread_share", "groups without spread"),
+            ("truncation_rate", "truncated completions"),
+            ("clip_fraction", "clipped tokens"),
+        ),
+    ),
     ("policy", (("entropy", "entropy (nats/token)"), ("kl", "KL to the initial policy"))),
     ("update", (("grad_norm", "gradient norm"), ("mean_len", "completion length / 100"))),
 )
@@ -446,6 +568,7 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
     if not rows:
         return
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -459,8 +582,12 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
                 ax.plot(steps, values, label=label)
         if title == "reward":
             dev = [r for r in rows if "dev_pass1" in r]
-            ax.plot([r["step"] for r in dev], [r["dev_pass1"] for r in dev], "o-",
-                    label="dev greedy pass@1")
+            ax.plot(
+                [r["step"] for r in dev],
+                [r["dev_pass1"] for r in dev],
+                "o-",
+                label="dev greedy pass@1",
+            )
         ax.set_title(title)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -473,6 +600,7 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
 
 
 # -- command line ----------------------------------------------------------------------------
+
 
 def add_arguments(p) -> None:
     p.add_argument("--init", required=True, help="checkpoint folder to start from")

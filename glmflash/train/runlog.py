@@ -46,5 +46,4 @@ def note_machine(run_file: Path, start_step: int, machine: dict[str, Any]) -> No
     tmp.replace(run_file)
 
 
-__all__ = ["METRICS", "TrainError", "append_jsonl", "note_machine", "read_jsonl",
-           "trim_metrics"]
+__all__ = ["METRICS", "TrainError", "append_jsonl", "note_machine", "read_jsonl", "trim_metrics"]

@@ -55,7 +55,8 @@ def write_curves(folder: Path, metrics: dict[str, Any]) -> None:
         for name, points in curves.items():
             for step, value in points:
                 scalars.add({"step": step, name: value})
-        scalars.add({"step": last, **{f"final/{k}": v for k, v in metrics.items()
-                                      if k != "curves"}})
+        scalars.add(
+            {"step": last, **{f"final/{k}": v for k, v in metrics.items() if k != "curves"}}
+        )
     finally:
         scalars.close()

@@ -67,8 +67,10 @@ class VisionTrainError(RuntimeError):
 
 # -- model and scope -------------------------------------------------------------------------
 
-def build_model(init: str | Path | None, preset: str, tower: str, seed: int,
-                device: torch.device) -> VisionLanguageModel:
+
+def build_model(
+    init: str | Path | None, preset: str, tower: str, seed: int, device: torch.device
+) -> VisionLanguageModel:
     """The LM from checkpoint `init` (or random weights of `preset`) with a fresh tower."""
     torch.manual_seed(seed)
     if init is not None:
@@ -93,24 +95,40 @@ def scope_parameters(vlm: VisionLanguageModel, scope: str) -> list[nn.Parameter]
     return [p for p in vlm.parameters() if p.requires_grad]
 
 
-def make_optimizer(params: list[nn.Parameter], lr: float,
-                   weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(
+    params: list[nn.Parameter], lr: float, weight_decay: float
+) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices (ndim >= 2) only."""
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
-def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
-                batch_size: int, lr: float, warmup: int, weight_decay: float, scope: str,
-                seed: int, dev: torch.device, amp: torch.dtype | None, out: Path,
-                progress: bool) -> tuple[list[nn.Parameter], float]:
+def train_steps(
+    vlm: VisionLanguageModel,
+    stage: str,
+    steps: int,
+    start: int,
+    batch_size: int,
+    lr: float,
+    warmup: int,
+    weight_decay: float,
+    scope: str,
+    seed: int,
+    dev: torch.device,
+    amp: torch.dtype | None,
+    out: Path,
+    progress: bool,
+) -> tuple[list[nn.Parameter], float]:
     """One stage: `steps` AdamW updates on fresh renderings from index `start`; returns the
     trained parameters and the last loss."""
     params = scope_parameters(vlm, scope)
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
-    trained_moe = [layer.moe for layer in vlm.lm.layers
-                   if any(p.requires_grad for p in layer.moe.parameters())]
+    trained_moe = [
+        layer.moe for layer in vlm.lm.layers if any(p.requires_grad for p in layer.moe.parameters())
+    ]
     optimizer = make_optimizer(params, lr, weight_decay)
     schedule = PretrainConfig(steps=steps, lr=lr, warmup=min(warmup, steps - 1))
     bar = Progress(steps, enabled=progress, desc=f"vision {stage}")
@@ -140,9 +158,15 @@ def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
                     layer.moe.update_bias(load)
         loss_value = float(loss.detach())
         acc = float((logits.argmax(-1) == targets).float().mean())
-        row = {"stage": stage, "step": step + 1, "loss": loss_value, "batch_acc": acc,
-               "lr": lr_at(step, schedule), "grad_norm": grad_norm,
-               "seconds": time.perf_counter() - t0}
+        row = {
+            "stage": stage,
+            "step": step + 1,
+            "loss": loss_value,
+            "batch_acc": acc,
+            "lr": lr_at(step, schedule),
+            "grad_norm": grad_norm,
+            "seconds": time.perf_counter() - t0,
+        }
         append_jsonl(out / METRICS, row)
         scalars.add(row)
         bar.update(step + 1, loss=loss_value, acc=acc)
@@ -153,9 +177,15 @@ def train_steps(vlm: VisionLanguageModel, stage: str, steps: int, start: int,
 
 # -- evaluation --------------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def predict_all(vlm: VisionLanguageModel, images: Tensor, device: torch.device,
-                amp: torch.dtype | None, batch_size: int = 250) -> Tensor:
+def predict_all(
+    vlm: VisionLanguageModel,
+    images: Tensor,
+    device: torch.device,
+    amp: torch.dtype | None,
+    batch_size: int = 250,
+) -> Tensor:
     """Greedy digit answers [N] (-1: not a digit) for images [N, 3, 32, 32]."""
     was = vlm.training
     vlm.eval()
@@ -175,17 +205,24 @@ def evaluation_set(split: str, n: int, seed: int) -> tuple[Tensor, Tensor]:
 
 # -- checkpoints -------------------------------------------------------------------------------
 
-def save_vision(folder: str | Path, vlm: VisionLanguageModel, tower: str, with_lm: bool,
-                **meta: Any) -> Path:
+
+def save_vision(
+    folder: str | Path, vlm: VisionLanguageModel, tower: str, with_lm: bool, **meta: Any
+) -> Path:
     """Atomically write the tower (and the LM, if `with_lm`) to `folder`."""
     final = Path(folder)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = ckpt.atomic_dir(final)
     state = {k: v.detach().cpu().contiguous() for k, v in vlm.tower.state_dict().items()}
     save_file(state, str(tmp / VISION_WEIGHTS))
-    config = {"tower": tower, "prompt": vlm.prompt, "model": vlm.lm.cfg.to_dict(),
-              "lm_included": with_lm, "meta": meta,
-              "sha256": ckpt.sha256_file(tmp / VISION_WEIGHTS)}
+    config = {
+        "tower": tower,
+        "prompt": vlm.prompt,
+        "model": vlm.lm.cfg.to_dict(),
+        "lm_included": with_lm,
+        "meta": meta,
+        "sha256": ckpt.sha256_file(tmp / VISION_WEIGHTS),
+    }
     (tmp / VISION_CONFIG).write_text(json.dumps(config, indent=2))
     if with_lm:
         ckpt.write_model_files(tmp, vlm.lm, {"vision": True, **meta})
@@ -208,8 +245,7 @@ def load_vision(folder: str | Path, device: str | torch.device = "cpu") -> Visio
         raise ckpt.CheckpointError(f"vision checkpoint config is corrupt: {path} ({e})") from None
     weights = folder / VISION_WEIGHTS
     if not weights.is_file() or ckpt.sha256_file(weights) != config.get("sha256"):
-        raise ckpt.CheckpointError(f"vision weights missing or not matching their hash: "
-                                   f"{weights}")
+        raise ckpt.CheckpointError(f"vision weights missing or not matching their hash: {weights}")
     lm, _ = ckpt.load_model(source)
     vlm = VisionLanguageModel(lm, make_tower(tower_kind, lm.cfg), prompt)
     try:
@@ -221,9 +257,11 @@ def load_vision(folder: str | Path, device: str | torch.device = "cpu") -> Visio
 
 # -- plots -------------------------------------------------------------------------------------
 
+
 def plot_grid(images: Tensor, labels: Tensor, preds: Tensor, png: Path, n: int = 64) -> None:
     """Held-out images with 'predicted / true' titles, wrong answers in red."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -236,8 +274,11 @@ def plot_grid(images: Tensor, labels: Tensor, preds: Tensor, png: Path, n: int =
         if i < n:
             ax.imshow(images[i].permute(1, 2, 0).numpy())
             pred, true = int(preds[i]), int(labels[i])
-            ax.set_title(f"{pred if pred >= 0 else '?'} / {true}", fontsize=8,
-                         color="black" if pred == true else "red")
+            ax.set_title(
+                f"{pred if pred >= 0 else '?'} / {true}",
+                fontsize=8,
+                color="black" if pred == true else "red",
+            )
     fig.suptitle("held-out renderings: predicted / true", fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
@@ -252,16 +293,25 @@ def confusion_matrix(labels: Tensor, preds: Tensor) -> Tensor:
 
 def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4.8))
     ax.imshow(matrix.numpy(), cmap="Blues")
-    for (i, j), v in zip(((i, j) for i in range(10) for j in range(11)), matrix.flatten(),
-                         strict=True):
+    for (i, j), v in zip(
+        ((i, j) for i in range(10) for j in range(11)), matrix.flatten(), strict=True
+    ):
         if v:
-            ax.text(j, i, int(v), ha="center", va="center", fontsize=7,
-                    color="white" if v > matrix.max() / 2 else "black")
+            ax.text(
+                j,
+                i,
+                int(v),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if v > matrix.max() / 2 else "black",
+            )
     ax.set_xticks(range(11), [str(d) for d in range(10)] + ["?"])
     ax.set_yticks(range(10))
     ax.set_xlabel("answer")
@@ -274,26 +324,31 @@ def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
 
 # -- the run -----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class VisionConfig:
     """One vision run: the align stage (the tower alone), then the full stage through the LM.
     Every field is a flag of `glmflash vision`."""
 
-    preset: str = setting("25m", "model preset of a from-scratch LM (a checkpoint has its own)",
-                          tuple(PRESETS))
+    preset: str = setting(
+        "25m", "model preset of a from-scratch LM (a checkpoint has its own)", tuple(PRESETS)
+    )
     steps: int = setting(100, "full steps through the LM")
     batch_size: int = setting(16, "images per full step")
     lr: float = setting(1e-3, "peak learning rate of the full stage")
     warmup: int = setting(10, "linear warm-up steps of each stage")
-    align_steps: int = setting(2000, "tower-only steps first, the answer read through the tied "
-                               "head (0: none)")
+    align_steps: int = setting(
+        2000, "tower-only steps first, the answer read through the tied head (0: none)"
+    )
     align_batch_size: int = setting(32, "images per align step")
     align_lr: float = setting(2e-3, "peak learning rate of the align stage")
     weight_decay: float = setting(0.01, "decoupled weight decay on matrices")
-    train_scope: str = setting("lm", "what learns in the full stage (lm: the LM, the aligned "
-                               "tower frozen)", SCOPES)
-    tower: str = setting("blocks", "blocks: two-block transformer tower; direct: the "
-                         "direct-patch baseline", TOWERS)
+    train_scope: str = setting(
+        "lm", "what learns in the full stage (lm: the LM, the aligned tower frozen)", SCOPES
+    )
+    tower: str = setting(
+        "blocks", "blocks: two-block transformer tower; direct: the direct-patch baseline", TOWERS
+    )
     seed: int = setting(0, "initialisation and the training images")
     eval_size: int = setting(1000, "renderings per evaluation split")
     precision: str = setting("fp32", "fp32, or bf16 autocast", ("fp32", "bf16"))
@@ -307,19 +362,25 @@ class VisionConfig:
             raise VisionTrainError(
                 f"need lr > 0, align_lr > 0, warmup >= 0 and align_steps >= 0, got "
                 f"lr={self.lr}, align_lr={self.align_lr}, warmup={self.warmup}, "
-                f"align_steps={self.align_steps}")
+                f"align_steps={self.align_steps}"
+            )
         if self.tower not in TOWERS:
-            raise VisionTrainError(f"unknown tower {self.tower!r}; choose from "
-                                   f"{', '.join(TOWERS)}")
+            raise VisionTrainError(f"unknown tower {self.tower!r}; choose from {', '.join(TOWERS)}")
         check_scope(self.train_scope)  # before any training, not after the align stage
         if self.train_scope == "lm" and self.align_steps == 0:
-            raise VisionTrainError("train scope lm freezes the tower, so it needs "
-                                   "--align-steps > 0 to train it first")
+            raise VisionTrainError(
+                "train scope lm freezes the tower, so it needs --align-steps > 0 to train it first"
+            )
 
 
-def train_vision(out: str | Path, cfg: VisionConfig, init: str | Path | None = None,
-                 device: str = "auto", progress: bool = True,
-                 plots: bool = True) -> dict[str, Any]:
+def train_vision(
+    out: str | Path,
+    cfg: VisionConfig,
+    init: str | Path | None = None,
+    device: str = "auto",
+    progress: bool = True,
+    plots: bool = True,
+) -> dict[str, Any]:
     """Train the vision path, evaluate it, write everything to `out`; returns the results."""
     c = cfg
     out = Path(out)
@@ -338,15 +399,31 @@ def train_vision(out: str | Path, cfg: VisionConfig, init: str | Path | None = N
     except OSError as e:
         raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
 
-    common = dict(warmup=c.warmup, weight_decay=c.weight_decay, seed=c.seed, dev=dev, amp=amp,
-                  out=out, progress=progress)
+    common = dict(
+        warmup=c.warmup,
+        weight_decay=c.weight_decay,
+        seed=c.seed,
+        dev=dev,
+        amp=amp,
+        out=out,
+        progress=progress,
+    )
     t0 = time.perf_counter()
     if c.align_steps:
-        train_steps(vlm, "align", c.align_steps, 0, c.align_batch_size, c.align_lr,
-                    scope="vision", **common)
+        train_steps(
+            vlm, "align", c.align_steps, 0, c.align_batch_size, c.align_lr, scope="vision", **common
+        )
     align_seconds = time.perf_counter() - t0
-    params, loss_value = train_steps(vlm, "full", c.steps, c.align_steps * c.align_batch_size,
-                                     c.batch_size, c.lr, scope=c.train_scope, **common)
+    params, loss_value = train_steps(
+        vlm,
+        "full",
+        c.steps,
+        c.align_steps * c.align_batch_size,
+        c.batch_size,
+        c.lr,
+        scope=c.train_scope,
+        **common,
+    )
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
     train_seconds = time.perf_counter() - t0
 
@@ -363,8 +440,9 @@ def train_vision(out: str | Path, cfg: VisionConfig, init: str | Path | None = N
             results["heldout_confusion"] = matrix.tolist()
             if plots:
                 plot_grid(images, labels, preds, out / "heldout_grid.png")
-                plot_confusion(matrix, out / "confusion.png",
-                               f"held-out renderings: {k}/{c.eval_size} correct")
+                plot_confusion(
+                    matrix, out / "confusion.png", f"held-out renderings: {k}/{c.eval_size} correct"
+                )
     extra = digits.sklearn_digits()
     if extra is None:
         results["sklearn_digits"] = "skipped: scikit-learn is not installed"
@@ -373,31 +451,46 @@ def train_vision(out: str | Path, cfg: VisionConfig, init: str | Path | None = N
         results["sklearn_correct"] = [int((preds == extra[1]).sum()), len(extra[1])]
     eval_seconds = time.perf_counter() - t1
 
-    meta = {"init": str(init) if init is not None else None,
-            "preset": c.preset if init is None else None, "train_scope": c.train_scope,
-            "steps": c.steps, "seed": c.seed}
+    meta = {
+        "init": str(init) if init is not None else None,
+        "preset": c.preset if init is None else None,
+        "train_scope": c.train_scope,
+        "steps": c.steps,
+        "seed": c.seed,
+    }
     save_vision(out / CHECKPOINT, vlm, c.tower, with_lm=lm_trained or init is None, **meta)
-    results.update({
-        **dataclasses.asdict(c), "init": meta["init"], "preset": meta["preset"],
-        "align_seconds": align_seconds, "device": str(dev), "final_loss": loss_value,
-        "trainable_parameters": sum(p.numel() for p in params),
-        "tower_parameters": sum(p.numel() for p in vlm.tower.parameters()),
-        "train_seconds": train_seconds, "eval_seconds": eval_seconds,
-        "wall_seconds": time.perf_counter() - t_start,
-        "torch_threads": torch.get_num_threads(),
-        "machine": machine_record(dev, autocast=amp or "none"),
-    })
+    results.update(
+        {
+            **dataclasses.asdict(c),
+            "init": meta["init"],
+            "preset": meta["preset"],
+            "align_seconds": align_seconds,
+            "device": str(dev),
+            "final_loss": loss_value,
+            "trainable_parameters": sum(p.numel() for p in params),
+            "tower_parameters": sum(p.numel() for p in vlm.tower.parameters()),
+            "train_seconds": train_seconds,
+            "eval_seconds": eval_seconds,
+            "wall_seconds": time.perf_counter() - t_start,
+            "torch_threads": torch.get_num_threads(),
+            "machine": machine_record(dev, autocast=amp or "none"),
+        }
+    )
     (out / RESULTS).write_text(json.dumps(results, indent=2))
     return results
 
 
 # -- command line ------------------------------------------------------------------------------
 
+
 def add_arguments(p) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--init", metavar="CHECKPOINT", help="start from this LM checkpoint")
-    source.add_argument("--from-scratch", action="store_true",
-                        help="start from a randomly initialised LM of --preset")
+    source.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="start from a randomly initialised LM of --preset",
+    )
     p.add_argument("--out", required=True, help="output folder")
     add_config_flags(p, VisionConfig)
     p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
@@ -407,11 +500,18 @@ def run(args) -> int:
     if args.preset is not None and args.init is not None:
         raise CLIError("--preset applies only with --from-scratch (the checkpoint has its own)")
     try:
-        results = train_vision(args.out, VisionConfig(**given(VisionConfig, args)),
-                               init=args.init, device=args.device)
+        results = train_vision(
+            args.out, VisionConfig(**given(VisionConfig, args)), init=args.init, device=args.device
+        )
     except (VisionTrainError, ckpt.CheckpointError, ConfigError, ValueError) as e:
         raise CLIError(str(e)) from None
-    keys = ("heldout_correct", "far_correct", "train_correct", "trainable_parameters",
-            "train_seconds", "wall_seconds")
+    keys = (
+        "heldout_correct",
+        "far_correct",
+        "train_correct",
+        "trainable_parameters",
+        "train_seconds",
+        "wall_seconds",
+    )
     print(json.dumps({k: results[k] for k in keys}), file=sys.stdout)
     return 0

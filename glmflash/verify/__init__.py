@@ -5,5 +5,15 @@ from glmflash.verify.sandbox import STATUSES, Verdict, VerifierPool, verify, ver
 from glmflash.verify.task import Case, Task
 from glmflash.verify.validate import validate
 
-__all__ = ["Case", "REWARD_MODES", "STATUSES", "Task", "Verdict", "VerifierPool", "reward",
-           "validate", "verify", "verify_many"]
+__all__ = [
+    "Case",
+    "REWARD_MODES",
+    "STATUSES",
+    "Task",
+    "Verdict",
+    "VerifierPool",
+    "reward",
+    "validate",
+    "verify",
+    "verify_many",
+]

@@ -37,16 +37,24 @@ class BadRecord(NamedTuple):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task-json", type=Path,
-                        help="task: {entry_point, cases: [{args, expected}]}")
+    parser.add_argument(
+        "--task-json", type=Path, help="task: {entry_point, cases: [{args, expected}]}"
+    )
     parser.add_argument("--source-file", type=Path, help="the candidate's Python source")
     parser.add_argument("--jsonl", type=Path, help="one {source, task} object a line")
-    parser.add_argument("--humaneval", choices=("canonical", "empty", "mutated"),
-                        help="run HumanEval's 164 problems with their canonical solutions, "
-                             "with `pass` bodies, or with mutants of the canonical solutions")
+    parser.add_argument(
+        "--humaneval",
+        choices=("canonical", "empty", "mutated"),
+        help="run HumanEval's 164 problems with their canonical solutions, "
+        "with `pass` bodies, or with mutants of the canonical solutions",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
-    parser.add_argument("--timeout", type=float, default=1.0,
-                        help=f"CPU seconds per program, at most {MAX_TIMEOUT:g}")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=1.0,
+        help=f"CPU seconds per program, at most {MAX_TIMEOUT:g}",
+    )
     parser.add_argument("--workers", type=int, default=None, help="worker processes")
 
 
@@ -76,8 +84,9 @@ def _load_single(args: argparse.Namespace, pool: VerifierPool) -> list[tuple[str
         pool.request(task)
     except ValueError as err:
         message = str(err)
-        raise CLIError(message if message.startswith(str(args.task_json))
-                       else f"{args.task_json}: {message}") from None
+        raise CLIError(
+            message if message.startswith(str(args.task_json)) else f"{args.task_json}: {message}"
+        ) from None
     return [(source, task)]
 
 
@@ -105,19 +114,28 @@ def run_humaneval(mode: str, pool: VerifierPool, as_json: bool) -> int:
     start = time.perf_counter()
     verdicts = pool.verify_many(sources, tasks)
     seconds = time.perf_counter() - start
-    summary = {"mode": mode, "passed": sum(v.status == "pass" for v in verdicts),
-               "total": len(verdicts), "statuses": dict(Counter(v.status for v in verdicts)),
-               "seconds": round(seconds, 2), "programs_per_s": round(len(verdicts) / seconds, 1),
-               "workers": pool.size,
-               "passing" if mode != "canonical" else "not_passing": [
-                   label for label, v in zip(labels, verdicts, strict=True)
-                   if (v.status == "pass") != (mode == "canonical")]}
+    summary = {
+        "mode": mode,
+        "passed": sum(v.status == "pass" for v in verdicts),
+        "total": len(verdicts),
+        "statuses": dict(Counter(v.status for v in verdicts)),
+        "seconds": round(seconds, 2),
+        "programs_per_s": round(len(verdicts) / seconds, 1),
+        "workers": pool.size,
+        "passing" if mode != "canonical" else "not_passing": [
+            label
+            for label, v in zip(labels, verdicts, strict=True)
+            if (v.status == "pass") != (mode == "canonical")
+        ],
+    }
     if as_json:
         print(json.dumps(summary))
     else:
-        print(f"HumanEval {mode}: {summary['passed']}/{summary['total']} pass "
-              f"({summary['statuses']}), {summary['programs_per_s']} programs/s on "
-              f"{pool.size} workers")
+        print(
+            f"HumanEval {mode}: {summary['passed']}/{summary['total']} pass "
+            f"({summary['statuses']}), {summary['programs_per_s']} programs/s on "
+            f"{pool.size} workers"
+        )
     return EXIT_PASS
 
 

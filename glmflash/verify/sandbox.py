@@ -54,8 +54,12 @@ class Verdict:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "passed": self.passed, "total": self.total,
-                "reason": self.reason}
+        return {
+            "status": self.status,
+            "passed": self.passed,
+            "total": self.total,
+            "reason": self.reason,
+        }
 
 
 class Malformed(ValueError):
@@ -100,7 +104,8 @@ def same(actual: Any, expected: Any) -> bool:
     if kind is dict:
         keyed = {_exact_key(k): v for k, v in actual.items()}
         return len(keyed) == len(expected) and all(
-            _exact_key(k) in keyed and same(keyed[_exact_key(k)], v) for k, v in expected.items())
+            _exact_key(k) in keyed and same(keyed[_exact_key(k)], v) for k, v in expected.items()
+        )
     return kind in (int, bool, float, str, type(None)) and actual == expected
 
 
@@ -138,8 +143,10 @@ def judge(task: Task | CheckTask, status: bytes, data: bytes, timeout: float) ->
         elif first_problem:
             continue
         elif tag == "v" and type(value) is not type(case.expected):
-            first_problem = (f"case {i}: returned {type(value).__name__}, "
-                             f"expected {type(case.expected).__name__}")
+            first_problem = (
+                f"case {i}: returned {type(value).__name__}, "
+                f"expected {type(case.expected).__name__}"
+            )
         elif tag == "v":
             first_problem = f"case {i}: wrong value"
         else:
@@ -154,13 +161,23 @@ def judge(task: Task | CheckTask, status: bytes, data: bytes, timeout: float) ->
 def judge_asserts(body: Any, total: int) -> Verdict:
     """A check task's verdict from its report {asserts: [[index, times held, failure]], error}:
     pass needs check() to return, at least one assert to run and none to fail or raise."""
-    if type(body) is not dict or set(body) != {"asserts", "error"} or type(
-            body["error"]) is not str or type(body["asserts"]) is not list:
+    if (
+        type(body) is not dict
+        or set(body) != {"asserts", "error"}
+        or type(body["error"]) is not str
+        or type(body["asserts"]) is not list
+    ):
         raise Malformed("bad check report")
     held, failed, raised = set(), "", ""
     for entry in body["asserts"]:
-        if type(entry) is not list or len(entry) != 3 or type(entry[0]) is not int or not (
-                0 <= entry[0] < total) or type(entry[1]) is not int or type(entry[2]) is not str:
+        if (
+            type(entry) is not list
+            or len(entry) != 3
+            or type(entry[0]) is not int
+            or not (0 <= entry[0] < total)
+            or type(entry[1]) is not int
+            or type(entry[2]) is not str
+        ):
             raise Malformed("bad assert report")
         index, times, why = entry
         if why.startswith("e:"):
@@ -198,11 +215,24 @@ class _Worker:
         self.reply_fd, reply_write = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-s", *PYTHON_SAFE_PATH, "-S", "-B", WORKER_PATH,
-                 str(request_read), str(reply_write), config],
-                pass_fds=(request_read, reply_write), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env={"PYTHONHASHSEED": wire.HASH_SEED}, cwd="/")
+                [
+                    sys.executable,
+                    "-s",
+                    *PYTHON_SAFE_PATH,
+                    "-S",
+                    "-B",
+                    WORKER_PATH,
+                    str(request_read),
+                    str(reply_write),
+                    config,
+                ],
+                pass_fds=(request_read, reply_write),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={"PYTHONHASHSEED": wire.HASH_SEED},
+                cwd="/",
+            )
         finally:
             os.close(request_read)
             os.close(reply_write)
@@ -214,7 +244,7 @@ class _Worker:
     def send(self, frame: bytes) -> None:
         view = memoryview(frame)
         while view:
-            view = view[os.write(self.request_fd, view):]
+            view = view[os.write(self.request_fd, view) :]
 
     def receive(self, max_message: int) -> tuple[int, bytes, bytes] | None:
         """Read what is available; return (seq, status, data) once a reply is complete.
@@ -235,7 +265,7 @@ class _Worker:
             raise Malformed("worker sent an impossible reply")
         if len(self.buffer) < wire.REPLY.size + length:
             return None
-        data = bytes(self.buffer[wire.REPLY.size:])
+        data = bytes(self.buffer[wire.REPLY.size :])
         self.buffer.clear()
         self.answered += 1
         return seq, status, data
@@ -266,8 +296,15 @@ class VerifierPool:
     per pool.
     """
 
-    def __init__(self, size: int | None = None, *, timeout: float = 1.0, memory_mb: int = 512,
-                 max_output: int = 100_000, _skip_validation: bool = False):
+    def __init__(
+        self,
+        size: int | None = None,
+        *,
+        timeout: float = 1.0,
+        memory_mb: int = 512,
+        max_output: int = 100_000,
+        _skip_validation: bool = False,
+    ):
         if (size is not None and size < 1) or memory_mb <= 0 or max_output <= 0:
             raise ValueError("size, memory_mb and max_output must be positive")
         if not 0 < timeout <= MAX_TIMEOUT:  # also refuses NaN
@@ -276,8 +313,9 @@ class VerifierPool:
         self.timeout = float(timeout)
         self.max_output = max_output
         self.max_payload = memory_mb * (1 << 20) // 8  # the worker holds it twice while reading
-        self._config = json.dumps({"memory_mb": memory_mb, "max_output": max_output,
-                                   "builtins": sorted(ALLOWED_BUILTINS)})
+        self._config = json.dumps(
+            {"memory_mb": memory_mb, "max_output": max_output, "builtins": sorted(ALLOWED_BUILTINS)}
+        )
         self._skip_validation = _skip_validation  # tests of the sandbox alone; never in training
         self._workers: list[_Worker] = []
         self._seq = 0
@@ -287,8 +325,9 @@ class VerifierPool:
     def verify(self, source: str, task: Task | CheckTask) -> Verdict:
         return self.verify_many([source], [task])[0]
 
-    def verify_many(self, sources: Sequence[str],
-                    tasks: Sequence[Task | CheckTask]) -> list[Verdict]:
+    def verify_many(
+        self, sources: Sequence[str], tasks: Sequence[Task | CheckTask]
+    ) -> list[Verdict]:
         """Verdicts in the order of `sources`; programs run in parallel over the workers.
 
         A `Task`'s candidate passes the syntax gate first; a `CheckTask`'s is general Python
@@ -329,15 +368,22 @@ class VerifierPool:
         try:
             payload = marshal.dumps(request)
         except ValueError as err:  # an object marshal cannot write, or nesting past its limit
-            raise ValueError(f"task {task.entry_point!r}: arguments are not plain data "
-                             f"({err})") from None
+            raise ValueError(
+                f"task {task.entry_point!r}: arguments are not plain data ({err})"
+            ) from None
         if len(payload) > self.max_payload:
-            raise ValueError(f"task {task.entry_point!r}: arguments take {len(payload):,} bytes, "
-                             f"more than the {self.max_payload:,} a worker accepts")
+            raise ValueError(
+                f"task {task.entry_point!r}: arguments take {len(payload):,} bytes, "
+                f"more than the {self.max_payload:,} a worker accepts"
+            )
         return payload
 
-    def _run(self, jobs: deque[tuple[int, bytes]], tasks: Sequence[Task | CheckTask],
-             verdicts: list[Verdict | None]) -> None:
+    def _run(
+        self,
+        jobs: deque[tuple[int, bytes]],
+        tasks: Sequence[Task | CheckTask],
+        verdicts: list[Verdict | None],
+    ) -> None:
         while len(self._workers) < self.size:
             self._workers.append(_Worker(self._config))
         idle, busy = list(self._workers), {}
@@ -362,8 +408,9 @@ class VerifierPool:
                         verdicts[index] = judge(tasks[index], reply[1], reply[2], self.timeout)
                     except (Malformed, OSError):
                         self._check_started(worker)
-                        verdicts[index] = Verdict("crash", 0, tasks[index].total,
-                                                  "verifier worker died")
+                        verdicts[index] = Verdict(
+                            "crash", 0, tasks[index].total, "verifier worker died"
+                        )
                         worker = self._replace(worker, selector, busy)
                     else:
                         selector.unregister(worker.reply_fd)
@@ -372,8 +419,9 @@ class VerifierPool:
                     idle.append(worker)
                 for worker in [w for w in busy.values() if time.monotonic() > w.job[2]]:
                     index = worker.job[0]
-                    verdicts[index] = Verdict("timeout", 0, tasks[index].total,
-                                              "worker did not answer in time")
+                    verdicts[index] = Verdict(
+                        "timeout", 0, tasks[index].total, "worker did not answer in time"
+                    )
                     idle.append(self._replace(worker, selector, busy))
         finally:
             for worker in busy.values():  # interrupted: jobs in flight are abandoned
@@ -405,11 +453,17 @@ class VerifierPool:
             except subprocess.TimeoutExpired:
                 return
             if code > 0:
-                raise RuntimeError(f"the verifier worker failed to start (exit status {code}): "
-                                   f"{' '.join(worker.process.args[:5])}")
+                raise RuntimeError(
+                    f"the verifier worker failed to start (exit status {code}): "
+                    f"{' '.join(worker.process.args[:5])}"
+                )
 
-    def _replace(self, worker: _Worker, selector: selectors.BaseSelector | None = None,
-                 busy: dict[int, _Worker] | None = None) -> _Worker:
+    def _replace(
+        self,
+        worker: _Worker,
+        selector: selectors.BaseSelector | None = None,
+        busy: dict[int, _Worker] | None = None,
+    ) -> _Worker:
         if busy is not None and busy.get(worker.reply_fd) is worker:
             selector.unregister(worker.reply_fd)
             del busy[worker.reply_fd]

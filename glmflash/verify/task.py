@@ -40,9 +40,11 @@ def check_entry_point(entry: Any) -> None:
     if not isinstance(entry, str) or not entry.isidentifier():
         raise ValueError(f"task 'entry_point' must be a Python identifier, got {entry!r}")
     if unicodedata.normalize("NFKC", entry) != entry:
-        raise ValueError(f"task 'entry_point' {entry!r} is not in NFKC form: Python reads it as "
-                         f"{unicodedata.normalize('NFKC', entry)!r}, so no function can have "
-                         f"that name")
+        raise ValueError(
+            f"task 'entry_point' {entry!r} is not in NFKC form: Python reads it as "
+            f"{unicodedata.normalize('NFKC', entry)!r}, so no function can have "
+            f"that name"
+        )
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,10 @@ class Task:
         return len(self.cases)
 
     def to_json(self) -> dict[str, Any]:
-        return {"entry_point": self.entry_point,
-                "cases": [{"args": list(c.args), "expected": c.expected} for c in self.cases]}
+        return {
+            "entry_point": self.entry_point,
+            "cases": [{"args": list(c.args), "expected": c.expected} for c in self.cases],
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Task:

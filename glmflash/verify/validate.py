@@ -22,26 +22,114 @@ MAX_CHARS = 4000
 MAX_NODES = 1500
 MAX_DEPTH = 40
 
-ALLOWED_BUILTINS = frozenset({
-    "abs", "all", "any", "bool", "chr", "dict", "divmod", "enumerate", "filter", "float", "int",
-    "isinstance", "len", "list", "map", "max", "min", "ord", "pow", "range", "reversed",
-    "round", "set", "sorted", "str", "sum", "tuple", "zip",
-})
+ALLOWED_BUILTINS = frozenset(
+    {
+        "abs",
+        "all",
+        "any",
+        "bool",
+        "chr",
+        "dict",
+        "divmod",
+        "enumerate",
+        "filter",
+        "float",
+        "int",
+        "isinstance",
+        "len",
+        "list",
+        "map",
+        "max",
+        "min",
+        "ord",
+        "pow",
+        "range",
+        "reversed",
+        "round",
+        "set",
+        "sorted",
+        "str",
+        "sum",
+        "tuple",
+        "zip",
+    }
+)
 
-ALLOWED_NODES = frozenset({
-    # statements (FunctionDef only as the single top-level statement)
-    ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.AugAssign,
-    ast.If, ast.For, ast.While, ast.Break, ast.Continue, ast.Pass, ast.Expr, ast.Delete,
-    # expressions
-    ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Compare, ast.Call, ast.keyword,
-    ast.Name, ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.Subscript, ast.Slice,
-    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.comprehension,
-    ast.JoinedStr, ast.FormattedValue, ast.Load, ast.Store, ast.Del,
-    # operators
-    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.LShift, ast.RShift,
-    ast.BitOr, ast.BitXor, ast.BitAnd, ast.UAdd, ast.USub, ast.Not, ast.Invert, ast.And, ast.Or,
-    ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot, ast.In, ast.NotIn,
-})
+ALLOWED_NODES = frozenset(
+    {
+        # statements (FunctionDef only as the single top-level statement)
+        ast.Module,
+        ast.FunctionDef,
+        ast.arguments,
+        ast.arg,
+        ast.Return,
+        ast.Assign,
+        ast.AugAssign,
+        ast.If,
+        ast.For,
+        ast.While,
+        ast.Break,
+        ast.Continue,
+        ast.Pass,
+        ast.Expr,
+        ast.Delete,
+        # expressions
+        ast.BoolOp,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.IfExp,
+        ast.Compare,
+        ast.Call,
+        ast.keyword,
+        ast.Name,
+        ast.Constant,
+        ast.List,
+        ast.Tuple,
+        ast.Dict,
+        ast.Set,
+        ast.Subscript,
+        ast.Slice,
+        ast.ListComp,
+        ast.SetComp,
+        ast.DictComp,
+        ast.GeneratorExp,
+        ast.comprehension,
+        ast.JoinedStr,
+        ast.FormattedValue,
+        ast.Load,
+        ast.Store,
+        ast.Del,
+        # operators
+        ast.Add,
+        ast.Sub,
+        ast.Mult,
+        ast.Div,
+        ast.FloorDiv,
+        ast.Mod,
+        ast.Pow,
+        ast.LShift,
+        ast.RShift,
+        ast.BitOr,
+        ast.BitXor,
+        ast.BitAnd,
+        ast.UAdd,
+        ast.USub,
+        ast.Not,
+        ast.Invert,
+        ast.And,
+        ast.Or,
+        ast.Eq,
+        ast.NotEq,
+        ast.Lt,
+        ast.LtE,
+        ast.Gt,
+        ast.GtE,
+        ast.Is,
+        ast.IsNot,
+        ast.In,
+        ast.NotIn,
+    }
+)
 
 CONSTANT_TYPES = (int, float, str, bool, type(None))
 
@@ -68,16 +156,27 @@ def _node_problem(node: ast.AST, func: ast.FunctionDef) -> str | None:
         return "**keyword unpacking is not allowed"
     if isinstance(node, ast.comprehension) and node.is_async:
         return "async comprehensions are not allowed"
-    name = node.id if isinstance(node, ast.Name) else node.arg if isinstance(
-        node, (ast.arg, ast.keyword)) else None
+    name = (
+        node.id
+        if isinstance(node, ast.Name)
+        else node.arg
+        if isinstance(node, (ast.arg, ast.keyword))
+        else None
+    )
     if name is not None and name.startswith("__"):
         return f"name {name!r} is not allowed"
     return None
 
 
-def validate(source: str, entry_point: str, n_args: int | None = None, *,
-             max_chars: int = MAX_CHARS, max_nodes: int = MAX_NODES,
-             max_depth: int = MAX_DEPTH) -> str | None:
+def validate(
+    source: str,
+    entry_point: str,
+    n_args: int | None = None,
+    *,
+    max_chars: int = MAX_CHARS,
+    max_nodes: int = MAX_NODES,
+    max_depth: int = MAX_DEPTH,
+) -> str | None:
     """Return why `source` may not run as `entry_point`, or None when it may.
 
     n_args, when given, is the number of arguments every case passes.

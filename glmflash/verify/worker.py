@@ -59,9 +59,26 @@ HAS_PROC = os.path.exists("/proc/self/stat")
 RECORD = "__glmflash_assert__"  # name of the assert recorder in a check task's test code
 # Loaded before privileges drop: unicodedata for compile() (non-ASCII names, \N{...}); the
 # rest so that general Python (CheckTask) can import them, from sys.modules, with no file I/O.
-PRELOAD = ("unicodedata", "math", "cmath", "typing", "random", "copy", "string", "re",
-           "collections", "itertools", "functools", "operator", "heapq", "bisect", "hashlib",
-           "fractions", "decimal", "statistics")
+PRELOAD = (
+    "unicodedata",
+    "math",
+    "cmath",
+    "typing",
+    "random",
+    "copy",
+    "string",
+    "re",
+    "collections",
+    "itertools",
+    "functools",
+    "operator",
+    "heapq",
+    "bisect",
+    "hashlib",
+    "fractions",
+    "decimal",
+    "statistics",
+)
 # Audited events general Python (a CheckTask) may raise: seeding a generator, eval/exec of a
 # string, id() (copy.deepcopy uses it). Opening files, importing what is not loaded, sockets,
 # processes stay refused.
@@ -116,20 +133,27 @@ def encode(value: object, budget: list[int], depth: int = 0) -> list:
     if t is list or t is tuple:
         return ["l" if t is list else "t", [encode(v, budget, depth + 1) for v in value]]
     if t is dict:
-        return ["d", [[encode(k, budget, depth + 1), encode(v, budget, depth + 1)]
-                      for k, v in value.items()]]
+        return [
+            "d",
+            [
+                [encode(k, budget, depth + 1), encode(v, budget, depth + 1)]
+                for k, v in value.items()
+            ],
+        ]
     raise Refused("unsupported output type")
 
 
 def deny_all(*allowed_code: object, allowed_events: frozenset[str] = frozenset()):
     """An audit hook refusing every audited event except exec of the given code objects and
     `allowed_events`."""
+
     def hook(event: str, args: tuple) -> None:
         if event in allowed_events:
             return
         if event == "exec" and args and any(args[0] is code for code in allowed_code):
             return
         raise PermissionError(f"{event} is not allowed in the verifier")
+
     return hook
 
 
@@ -148,8 +172,13 @@ def define(source: str, entry_point: str, builtins_: dict, test: str | None = No
     except BaseException as err:  # whatever compile raises, it is the candidate's
         return ["invalid", f"does not compile: {type(err).__name__}"], None, None
     namespace = {"__builtins__": dict(builtins_), "__name__": "__candidate__"}
-    sys.addaudithook(deny_all(code, test_code, allowed_events=GENERAL_PYTHON_EVENTS
-                              if test is not None else frozenset()))
+    sys.addaudithook(
+        deny_all(
+            code,
+            test_code,
+            allowed_events=GENERAL_PYTHON_EVENTS if test is not None else frozenset(),
+        )
+    )
     try:
         exec(code, namespace)
     except BaseException as err:
@@ -211,22 +240,56 @@ def run_check(entry_point: str, test: str, source: str, config: dict) -> list:
         namespace["check"](function)
     except BaseException as err:
         error = error_name(err)
-    return ["ok", {"asserts": [[i, n, why] for i, (n, why) in sorted(held.items())],
-                   "error": error}]
+    return [
+        "ok",
+        {"asserts": [[i, n, why] for i, (n, why) in sorted(held.items())], "error": error},
+    ]
 
 
 # System calls a child may make once its program starts: memory, its result pipe, its own exit.
 # Everything else (kill, pidfd_*, open*, mknod*, stat*, setpgid, sched_*, setpriority, socket,
 # clone, execve, ...) fails with EPERM. (audit arch, {name: number}) per machine.
 SECCOMP_ALLOWED = {
-    "x86_64": (0xC000003E, {"read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10,
-                            "munmap": 11, "brk": 12, "rt_sigprocmask": 14, "rt_sigreturn": 15,
-                            "mremap": 25, "madvise": 28, "exit": 60, "futex": 202,
-                            "clock_gettime": 228, "exit_group": 231}),
-    "aarch64": (0xC00000B7, {"read": 63, "write": 64, "close": 57, "mmap": 222,
-                             "mprotect": 226, "munmap": 215, "brk": 214, "rt_sigprocmask": 135,
-                             "rt_sigreturn": 139, "mremap": 216, "madvise": 233, "exit": 93,
-                             "futex": 98, "clock_gettime": 113, "exit_group": 94}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "read": 0,
+            "write": 1,
+            "close": 3,
+            "mmap": 9,
+            "mprotect": 10,
+            "munmap": 11,
+            "brk": 12,
+            "rt_sigprocmask": 14,
+            "rt_sigreturn": 15,
+            "mremap": 25,
+            "madvise": 28,
+            "exit": 60,
+            "futex": 202,
+            "clock_gettime": 228,
+            "exit_group": 231,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "read": 63,
+            "write": 64,
+            "close": 57,
+            "mmap": 222,
+            "mprotect": 226,
+            "munmap": 215,
+            "brk": 214,
+            "rt_sigprocmask": 135,
+            "rt_sigreturn": 139,
+            "mremap": 216,
+            "madvise": 233,
+            "exit": 93,
+            "futex": 98,
+            "clock_gettime": 113,
+            "exit_group": 94,
+        },
+    ),
 }
 SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS = 0x7FFF0000, 0x80000000
 SECCOMP_RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
@@ -236,11 +299,17 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 def seccomp_program(arch: int, allowed: list[int]) -> bytes:
     """Classic BPF over struct seccomp_data {int nr; u32 arch; ...}: a foreign architecture is
     killed, an allowed number returns ALLOW, anything else EPERM."""
+
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
         return struct.pack("=HBBI", code, jt, jf, k)
+
     load_word, jump_eq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K
-    body = [op(load_word, 4), op(jump_eq, arch, 1, 0), op(ret, SECCOMP_RET_KILL_PROCESS),
-            op(load_word, 0)]
+    body = [
+        op(load_word, 4),
+        op(jump_eq, arch, 1, 0),
+        op(ret, SECCOMP_RET_KILL_PROCESS),
+        op(load_word, 0),
+    ]
     for i, number in enumerate(allowed):  # ALLOW sits len(allowed) - i instructions ahead
         body.append(op(jump_eq, number, len(allowed) - i, 0))
     body += [op(ret, SECCOMP_RET_EPERM), op(ret, SECCOMP_RET_ALLOW)]
@@ -269,15 +338,17 @@ def lock_down(seccomp: tuple[ctypes.CDLL, ctypes.Array, SockFprog] | None) -> No
     if seccomp is None:
         return
     libc, _, fprog = seccomp
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
-            PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+    if (
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        or libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0
+    ):
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def child_main(payload: bytes, result_fd: int, timeout: float, config: dict) -> None:
@@ -286,9 +357,11 @@ def child_main(payload: bytes, result_fd: int, timeout: float, config: dict) -> 
     os.setpgid(0, 0)
     os.dup2(result_fd, CHILD_RESULT_FD)
     os.closerange(CHILD_RESULT_FD + 1, config["max_fd"])
-    for limit, value in ((resource.RLIMIT_CPU, math.ceil(timeout) + 1),
-                         (resource.RLIMIT_NPROC, 0),
-                         (resource.RLIMIT_NOFILE, CHILD_RESULT_FD + 1)):
+    for limit, value in (
+        (resource.RLIMIT_CPU, math.ceil(timeout) + 1),
+        (resource.RLIMIT_NPROC, 0),
+        (resource.RLIMIT_NOFILE, CHILD_RESULT_FD + 1),
+    ):
         try:
             resource.setrlimit(limit, (value, value))
         except (ValueError, OSError):
@@ -335,7 +408,7 @@ def cpu_seconds(pid: int) -> float:
             stat = f.read()
     except OSError:
         return 0.0
-    fields = stat[stat.rindex(b")") + 2:].split()  # the name may hold spaces and parentheses
+    fields = stat[stat.rindex(b")") + 2 :].split()  # the name may hold spaces and parentheses
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
@@ -416,6 +489,7 @@ def drop_privileges() -> None:
         return
     try:
         import pwd
+
         nobody = pwd.getpwnam("nobody")
         uid, gid = nobody.pw_uid, nobody.pw_gid
     except (ImportError, KeyError):
@@ -457,8 +531,11 @@ def main() -> None:
     config["seccomp"] = seccomp_filter()
     config["max_fd"] = max(request_fd, reply_fd, 16) + 1
     memory = config["memory_mb"] * 1024 * 1024
-    for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_FSIZE, 0),
-                         (resource.RLIMIT_CORE, 0)):
+    for limit, value in (
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_FSIZE, 0),
+        (resource.RLIMIT_CORE, 0),
+    ):
         try:
             resource.setrlimit(limit, (value, value))
         except (ValueError, OSError):

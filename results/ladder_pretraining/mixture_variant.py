@@ -10,6 +10,7 @@ the confirm tasks are those of the pipeline:
     glmflash eval --checkpoint runs/NAME/checkpoints/step_000160 --rungs all --per-rung 32 \
         --split confirm --out NAME_eval.json
 """
+
 import sys
 
 from glmflash.cli import main
@@ -20,7 +21,36 @@ d1, d2, d3 = map(float, sys.argv[3:6])
 ladder.EXPRESSION_SHARE = expr
 ladder.DOCUMENT_DEPTHS = {1: d1, 2: d2, 3: d3}
 stream.LADDER_SHARE = float(sys.argv[6]) if len(sys.argv) > 6 else stream.LADDER_SHARE
-sys.exit(main(["pretrain", "--preset", "25m", "--out", f"runs/{name}", "--steps", "160",
-               "--batch-size", "32", "--seq-len", "128", "--lr", "2e-3", "--warmup", "10",
-               "--eval-every", "40", "--ckpt-every", "40", "--eval-tasks", "0", "--seed", "0",
-               "--optimizer", "muon", "--corpus", "tasks"]))
+sys.exit(
+    main(
+        [
+            "pretrain",
+            "--preset",
+            "25m",
+            "--out",
+            f"runs/{name}",
+            "--steps",
+            "160",
+            "--batch-size",
+            "32",
+            "--seq-len",
+            "128",
+            "--lr",
+            "2e-3",
+            "--warmup",
+            "10",
+            "--eval-every",
+            "40",
+            "--ckpt-every",
+            "40",
+            "--eval-tasks",
+            "0",
+            "--seed",
+            "0",
+            "--optimizer",
+            "muon",
+            "--corpus",
+            "tasks",
+        ]
+    )
+)

@@ -41,14 +41,17 @@ def count(run: Path) -> dict[str, list[int]]:
 
 
 def main(runs: list[str]) -> None:
-    lines = ["| run | tasks | groups | groups with a pass | rollouts | passes |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| run | tasks | groups | groups with a pass | rollouts | passes |",
+        "|---|---|---|---|---|---|",
+    ]
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for run in runs:
         for kind, (g, gp, n, p) in sorted(count(Path(run)).items()):
             name = "/".join(Path(run).parts[-2:])
-            lines.append(f"| {name} | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | "
-                         f"{p} ({p / n:.1%}) |")
+            lines.append(
+                f"| {name} | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | {p} ({p / n:.1%}) |"
+            )
             totals[kind] = [a + b for a, b in zip(totals[kind], (g, gp, n, p), strict=True)]
     for kind, (g, gp, n, p) in sorted(totals.items()):
         lines.append(f"| all | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | {p} ({p / n:.1%}) |")

@@ -53,8 +53,9 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
     return task_passes(json.loads(path.read_text()))
 
 
-def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | None,
-             groups: int, reward: str) -> None:
+def one_seed(
+    init: str, seed: int, work: Path, per_rung: int, threads: int | None, groups: int, reward: str
+) -> None:
     """RL with `seed` (resuming an interrupted run), then the confirm evaluation."""
     import torch
 
@@ -64,14 +65,22 @@ def one_seed(init: str, seed: int, work: Path, per_rung: int, threads: int | Non
         torch.set_num_threads(threads)
     run = work / f"rl_{seed}"
     if not (run / "summary.json").is_file():
-        train_rl(init, run, RLConfig(seed=seed, groups=groups, reward=reward), "cpu",
-                 resume=(run / "run.json").is_file(), progress=False,
-                 log=lambda m: print(f"[seed {seed}] {m}", file=sys.stderr))
+        train_rl(
+            init,
+            run,
+            RLConfig(seed=seed, groups=groups, reward=reward),
+            "cpu",
+            resume=(run / "run.json").is_file(),
+            progress=False,
+            log=lambda m: print(f"[seed {seed}] {m}", file=sys.stderr),
+        )
     evaluate(str(run / "best"), work / f"after_{seed}.json", per_rung)
 
 
-def summarise(before: dict[str, list[int]], after: dict[int, dict[str, list[int]]],
-              ) -> dict[str, Any]:
+def summarise(
+    before: dict[str, list[int]],
+    after: dict[int, dict[str, list[int]]],
+) -> dict[str, Any]:
     from glmflash.evaluate.stats import hierarchical_bootstrap, sign_flip_test
 
     summary = {}
@@ -80,11 +89,15 @@ def summarise(before: dict[str, list[int]], after: dict[int, dict[str, list[int]
         gains = [np.array(a[rung], dtype=float) - b for a in after.values()]
         iv = hierarchical_bootstrap(gains, seed=0)
         seed_means = [float(g.mean()) for g in gains]
-        summary[rung] = {"gain": iv.estimate, "ci": [iv.low, iv.high], "seeds": len(gains),
-                         "p_signflip": sign_flip_test(np.zeros(len(gains)), seed_means),
-                         "before": [int(b.sum()), len(b)],
-                         "after_per_seed": [int(b.sum() + g.sum()) for g in gains],
-                         "seed_gains": seed_means}
+        summary[rung] = {
+            "gain": iv.estimate,
+            "ci": [iv.low, iv.high],
+            "seeds": len(gains),
+            "p_signflip": sign_flip_test(np.zeros(len(gains)), seed_means),
+            "before": [int(b.sum()), len(b)],
+            "after_per_seed": [int(b.sum() + g.sum()) for g in gains],
+            "seed_gains": seed_means,
+        }
     return summary
 
 
@@ -99,22 +112,27 @@ def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[
         path = work / f"passk_{label}.json"
         if not path.is_file():
             model, _ = load_model(ckpt)
-            res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, seed=0,
-                                 samples=PASSK_SAMPLES)["sampled"]
+            res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, seed=0, samples=PASSK_SAMPLES)[
+                "sampled"
+            ]
             path.write_text(json.dumps(res.to_json()))
         records = json.loads(path.read_text())["records"]
         for rung in RUNGS:
             rows = [r for r in records if r["group"] == rung]
-            passed = [sum(r["status"] == "pass" for r in rows[i: i + PASSK_SAMPLES])
-                      for i in range(0, len(rows), PASSK_SAMPLES)]
+            passed = [
+                sum(r["status"] == "pass" for r in rows[i : i + PASSK_SAMPLES])
+                for i in range(0, len(rows), PASSK_SAMPLES)
+            ]
             ns = [PASSK_SAMPLES] * len(passed)
             curves.setdefault(rung, {})[label] = [
-                mean_pass_at_k(ns, passed, k) for k in range(1, PASSK_SAMPLES + 1)]
+                mean_pass_at_k(ns, passed, k) for k in range(1, PASSK_SAMPLES + 1)
+            ]
     return curves
 
 
 def plot_passk(curves: dict[str, Any], png: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -137,27 +155,40 @@ def plot_passk(curves: dict[str, Any], png: Path) -> None:
 
 
 def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> str:
-    lines = [f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init}, "
-             f"{args.groups} groups each, {args.reward} reward)", "",
-             f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
-             "and tasks of after - before, in points; interval: hierarchical bootstrap "
-             "(seeds, then tasks within seeds), 95%; p: exact sign-flip test over the seeds' "
-             f"mean gains (smallest possible with {len(args.seeds)} seeds: "
-             f"{2 / 2 ** len(args.seeds):.4g}).", "",
-             "| rung | before | after, per seed | gain (points) | 95% interval | p |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init}, "
+        f"{args.groups} groups each, {args.reward} reward)",
+        "",
+        f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
+        "and tasks of after - before, in points; interval: hierarchical bootstrap "
+        "(seeds, then tasks within seeds), 95%; p: exact sign-flip test over the seeds' "
+        f"mean gains (smallest possible with {len(args.seeds)} seeds: "
+        f"{2 / 2 ** len(args.seeds):.4g}).",
+        "",
+        "| rung | before | after, per seed | gain (points) | 95% interval | p |",
+        "|---|---|---|---|---|---|",
+    ]
     for rung, s in summary.items():
-        lines.append(f"| {rung} | {s['before'][0]}/{s['before'][1]} | "
-                     f"{', '.join(map(str, s['after_per_seed']))} | {100 * s['gain']:+.1f} | "
-                     f"[{100 * s['ci'][0]:+.1f}, {100 * s['ci'][1]:+.1f}] | "
-                     f"{s['p_signflip']:.3g} |")
+        lines.append(
+            f"| {rung} | {s['before'][0]}/{s['before'][1]} | "
+            f"{', '.join(map(str, s['after_per_seed']))} | {100 * s['gain']:+.1f} | "
+            f"[{100 * s['ci'][0]:+.1f}, {100 * s['ci'][1]:+.1f}] | "
+            f"{s['p_signflip']:.3g} |"
+        )
     if curves:
-        lines += ["", "## pass@k, k = 1..64, before and after RL", "",
-                  "| rung | pass@1 before / after | pass@8 | pass@64 |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "## pass@k, k = 1..64, before and after RL",
+            "",
+            "| rung | pass@1 before / after | pass@8 | pass@64 |",
+            "|---|---|---|---|",
+        ]
         for rung, c in curves.items():
             b, a = c["before"], c["after"]
-            lines.append(f"| {rung} | {b[0]:.3f} / {a[0]:.3f} | {b[7]:.3f} / {a[7]:.3f} | "
-                         f"{b[63]:.3f} / {a[63]:.3f} |")
+            lines.append(
+                f"| {rung} | {b[0]:.3f} / {a[0]:.3f} | {b[7]:.3f} / {a[7]:.3f} | "
+                f"{b[63]:.3f} / {a[63]:.3f} |"
+            )
         lines += ["", "![pass@k](passk.png)"]
     return "\n".join(lines) + "\n"
 
@@ -170,22 +201,34 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=1, help="seeds at once (one thread each if > 1)")
     p.add_argument("--work", type=Path, default=Path("runs/ladder_seeds"))
     p.add_argument("--passk-tasks", type=int, default=0, help="tasks per rung for pass@k")
-    p.add_argument("--groups", type=int, default=RLConfig().groups,
-                   help="RL groups per seed (default: the pipeline's)")
-    p.add_argument("--reward", choices=REWARD_MODES, default=RLConfig().reward,
-                   help="binary (the pipeline's) or partial: the share of hidden cases "
-                        "passed; the summary of a partial run is written as summary_partial.*")
+    p.add_argument(
+        "--groups",
+        type=int,
+        default=RLConfig().groups,
+        help="RL groups per seed (default: the pipeline's)",
+    )
+    p.add_argument(
+        "--reward",
+        choices=REWARD_MODES,
+        default=RLConfig().reward,
+        help="binary (the pipeline's) or partial: the share of hidden cases "
+        "passed; the summary of a partial run is written as summary_partial.*",
+    )
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     before = evaluate(args.init, args.work / "before.json", args.per_rung)
     threads = 1 if args.jobs > 1 else None
     with ProcessPoolExecutor(args.jobs) as pool:
-        for f in [pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads,
-                              args.groups, args.reward)
-                  for s in args.seeds]:
+        for f in [
+            pool.submit(
+                one_seed, args.init, s, args.work, args.per_rung, threads, args.groups, args.reward
+            )
+            for s in args.seeds
+        ]:
             f.result()
-    after = {s: task_passes(json.loads((args.work / f"after_{s}.json").read_text()))
-             for s in args.seeds}
+    after = {
+        s: task_passes(json.loads((args.work / f"after_{s}.json").read_text())) for s in args.seeds
+    }
     summary = summarise(before, after)
     curves = None
     if args.passk_tasks:

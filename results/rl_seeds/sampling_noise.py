@@ -3,6 +3,7 @@ passing samples (of 64) move with no training at all. Output: sampling_noise.txt
 Needs runs/pipeline from `glmflash pipeline`.
 Run: .venv/bin/python results/rl_seeds/sampling_noise.py > results/rl_seeds/sampling_noise.txt
 """
+
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.pipeline import PipelinePlan
@@ -12,6 +13,13 @@ plan = PipelinePlan.full(0)
 model, _ = load_model("runs/pipeline/pretrain/run/checkpoints/step_000160", "cpu")
 todo = tasks("confirm", FAMILIES, per_family=plan.confirm_per_family, seed=plan.pretrain.seed)
 for seed in (0, 1, 2):
-    r = evaluate_tasks(model, todo, "sample", samples=plan.pass_k, temperature=0.8, seed=seed,
-                       max_new_tokens=plan.max_new_tokens)
+    r = evaluate_tasks(
+        model,
+        todo,
+        "sample",
+        samples=plan.pass_k,
+        temperature=0.8,
+        seed=seed,
+        max_new_tokens=plan.max_new_tokens,
+    )
     print(f"sampling seed {seed}:", {f: v[0] for f, v in r.passing_samples().items()}, flush=True)

@@ -21,9 +21,28 @@ from glmflash.config import model_config
 from glmflash.info import parameter_counts
 from glmflash.model.lm import GLMFlash, make_attention
 
-TINY = ["--preset", "tiny", "--repeats", "1", "--batch-size", "2", "--seq-len", "24",
-        "--square-size", "32", "--gen-batch-size", "2", "--prompt-len", "10",
-        "--new-tokens", "4", "--decode-contexts", "16,48", "--programs", "10"]
+TINY = [
+    "--preset",
+    "tiny",
+    "--repeats",
+    "1",
+    "--batch-size",
+    "2",
+    "--seq-len",
+    "24",
+    "--square-size",
+    "32",
+    "--gen-batch-size",
+    "2",
+    "--prompt-len",
+    "10",
+    "--new-tokens",
+    "4",
+    "--decode-contexts",
+    "16,48",
+    "--programs",
+    "10",
+]
 
 
 def bench(*argv: str) -> str:
@@ -70,20 +89,30 @@ def test_model_schema(result):
         assert set(m["matmul_peak_gflops"][p]["by_shape"]) == {"48x64@64x64", "32x32@32x32"}
     assert set(m["components"]) == {"linear_attention", "sparse_attention", "moe"}
     for c in m["components"].values():
-        assert all(finite_positive(c[k]) for k in ("ours_ms", "naive_ms", "ours_peak_mb",
-                                                   "naive_peak_mb"))
+        assert all(
+            finite_positive(c[k]) for k in ("ours_ms", "naive_ms", "ours_peak_mb", "naive_peak_mb")
+        )
     # Allocation counts are deterministic: the prefix sum materialises [B, H, T, D, D].
     linear = m["components"]["linear_attention"]
     assert linear["naive_peak_mb"] > 2 * linear["ours_peak_mb"]
-    expected = {"train_step_vs_naive", "peak_fraction", "peak_fraction_bf16",
-                "train_step_bf16_vs_fp32", "linear_attention_vs_cumsum",
-                "linear_attention_memory_vs_cumsum", "sparse_attention_vs_gathered",
-                "sparse_attention_memory_vs_gathered", "moe_vs_masked", "moe_memory_vs_masked"}
+    expected = {
+        "train_step_vs_naive",
+        "peak_fraction",
+        "peak_fraction_bf16",
+        "train_step_bf16_vs_fp32",
+        "linear_attention_vs_cumsum",
+        "linear_attention_memory_vs_cumsum",
+        "sparse_attention_vs_gathered",
+        "sparse_attention_memory_vs_gathered",
+        "moe_vs_masked",
+        "moe_memory_vs_masked",
+    }
     assert set(m["ratios"]) == expected
     assert all(finite_positive(v) for v in m["ratios"].values())
     for p, key in (("fp32", "peak_fraction"), ("bf16", "peak_fraction_bf16")):  # own peak each
         assert m["ratios"][key] == pytest.approx(
-            m["train_step"][p]["model_gflops"] / m["matmul_peak_gflops"][p]["gflops"])
+            m["train_step"][p]["model_gflops"] / m["matmul_peak_gflops"][p]["gflops"]
+        )
 
 
 def test_generate_schema(result):
@@ -165,15 +194,15 @@ def test_contests_compare_equal_functions():
     found = contests(model_config("tiny"), 2, 40, torch.device("cpu"))
     assert set(found) == {"linear_attention", "sparse_attention", "moe"}
     for name, c in found.items():
-        torch.testing.assert_close(c.ours(*c.inputs), c.naive(*c.inputs), msg=name,
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            c.ours(*c.inputs), c.naive(*c.inputs), msg=name, atol=1e-5, rtol=1e-4
+        )
 
 
 def counted_flops(fn) -> int:
     """FLOPs of the matmuls fn runs, as torch's FlopCounterMode counts them (attention through
     the math backend, which it sees as two batched matmuls)."""
-    with FlopCounterMode(display=False) as counter, torch.no_grad(), \
-            sdpa_kernel(SDPBackend.MATH):
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         fn()
     return counter.get_total_flops()
 
@@ -229,11 +258,17 @@ def test_peak_fraction_follows_from_its_inputs(monkeypatch):
     FLOPs, GFLOP/s = FLOPs / seconds / 1e9, peak_fraction = GFLOP/s / own dtype's peak."""
     seconds = {"fp32": 0.5, "bf16": 0.25, "naive_fp32": 4.0, "ours": 1e-3, "naive": 3e-3}
     peaks = {torch.float32: 8.0, torch.bfloat16: 32.0}
-    monkeypatch.setattr(bench_model_module, "best_times",
-                        lambda fns, repeats, device: {k: seconds[k] for k in fns})
-    monkeypatch.setattr(bench_model_module, "matmul_peak",
-                        lambda shapes, dtype, device, repeats, earlier=None:
-                        {"gflops": peaks[dtype], "by_shape": {}})
+    monkeypatch.setattr(
+        bench_model_module, "best_times", lambda fns, repeats, device: {k: seconds[k] for k in fns}
+    )
+    monkeypatch.setattr(
+        bench_model_module,
+        "matmul_peak",
+        lambda shapes, dtype, device, repeats, earlier=None: {
+            "gflops": peaks[dtype],
+            "by_shape": {},
+        },
+    )
     monkeypatch.setattr(bench_model_module, "peak_memory", lambda fn, device: 2**20)
     cfg = model_config("tiny")
     B, T = 2, 24
@@ -245,7 +280,8 @@ def test_peak_fraction_follows_from_its_inputs(monkeypatch):
         assert step["tokens_per_s"] == pytest.approx(B * T / seconds[p], rel=1e-12)
         assert step["model_gflops"] == pytest.approx(flops / seconds[p] / 1e9, rel=1e-12)
         assert step["peak_fraction"] == pytest.approx(
-            flops / (seconds[p] * 1e9 * peaks[dtype]), rel=1e-12)
+            flops / (seconds[p] * 1e9 * peaks[dtype]), rel=1e-12
+        )
     assert m["ratios"]["peak_fraction"] == m["train_step"]["fp32"]["peak_fraction"]
     assert m["ratios"]["peak_fraction_bf16"] == m["train_step"]["bf16"]["peak_fraction"]
     assert m["ratios"]["train_step_vs_naive"] == pytest.approx(8.0)

@@ -64,8 +64,15 @@ def test_sinkhorn_ops_are_counted_forward_and_backward(profiled):
 def test_every_part_gets_its_backward(profiled):
     cfg, _, events, parts = profiled
     seen = {p for p in parts}
-    for part in ("attention (linear)", "attention (sparse)", "moe", "mhc: coefficients",
-                 "mhc: read and write", "norms", "embedding"):
+    for part in (
+        "attention (linear)",
+        "attention (sparse)",
+        "moe",
+        "mhc: coefficients",
+        "mhc: read and write",
+        "norms",
+        "embedding",
+    ):
         assert (part, False) in seen and (part, True) in seen, part
     assert ("optimizer", False) in seen and ("gradient clipping", False) in seen
     # the routed experts' matmuls run inside the MoE, forward and backward
@@ -107,14 +114,26 @@ def test_a_node_belongs_to_the_last_forward_op_with_its_number():
     from types import SimpleNamespace as Event
 
     def event(name, start, parent=None, seq=-1):
-        return Event(name=name, time_range=Event(start=start), cpu_parent=parent,
-                     sequence_nr=seq)
+        return Event(name=name, time_range=Event(start=start), cpu_parent=parent, sequence_nr=seq)
 
     a = event("glmflash::norms", 0)
     b = event("glmflash::moe", 2)
     backward = event("autograd::engine::evaluate_function: MulBackward0", 5, seq=7)
-    events = [a, event("aten::slice", 1, a, seq=7), b, event("aten::mul", 3, b, seq=7),
-              backward, event("aten::mul", 6, backward), event("aten::add", 9)]
-    assert event_parts(events) == [("norms", False), ("norms", False), ("moe", False),
-                                   ("moe", False), ("moe", True), ("moe", True),
-                                   (OVERHEAD, False)]
+    events = [
+        a,
+        event("aten::slice", 1, a, seq=7),
+        b,
+        event("aten::mul", 3, b, seq=7),
+        backward,
+        event("aten::mul", 6, backward),
+        event("aten::add", 9),
+    ]
+    assert event_parts(events) == [
+        ("norms", False),
+        ("norms", False),
+        ("moe", False),
+        ("moe", False),
+        ("moe", True),
+        ("moe", True),
+        (OVERHEAD, False),
+    ]

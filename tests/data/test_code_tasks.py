@@ -16,10 +16,16 @@ import pytest
 
 from glmflash.data import code_tasks as ct
 
-ORACLE = {"increment": lambda v: v + 1, "double": lambda v: v * 2, "square": lambda v: v ** 2,
-          "absolute": lambda v: v if v >= 0 else -v, "nonnegative": lambda v: not v < 0,
-          "even": lambda v: v % 2 == 0, "reverse": lambda s: "".join(reversed(s)),
-          "list_sum": lambda xs: functools.reduce(operator.add, xs, 0)}
+ORACLE = {
+    "increment": lambda v: v + 1,
+    "double": lambda v: v * 2,
+    "square": lambda v: v**2,
+    "absolute": lambda v: v if v >= 0 else -v,
+    "nonnegative": lambda v: not v < 0,
+    "even": lambda v: v % 2 == 0,
+    "reverse": lambda s: "".join(reversed(s)),
+    "list_sum": lambda xs: functools.reduce(operator.add, xs, 0),
+}
 INPUT_TYPE = {"reverse": str, "list_sum": list}  # all others take an int
 OUTPUT_TYPE = {"nonnegative": bool, "even": bool, "reverse": str}  # all others return an int
 WORD = re.compile(r"^(?:[bdfgklmnprstvz][aeiou]){2,3}$")
@@ -52,8 +58,16 @@ def dev_tasks():
 
 
 def test_families_and_clear_errors():
-    assert ct.FAMILIES == ("increment", "double", "square", "absolute", "nonnegative", "even",
-                           "reverse", "list_sum")
+    assert ct.FAMILIES == (
+        "increment",
+        "double",
+        "square",
+        "absolute",
+        "nonnegative",
+        "even",
+        "reverse",
+        "list_sum",
+    )
     with pytest.raises(ValueError, match="unknown split"):
         ct.tasks("test")
     with pytest.raises(ValueError, match="unknown family"):
@@ -92,7 +106,8 @@ def test_prompt_format(dev_tasks):
         assert re.search(rf"\b{t.arg}\b", m.group(1))
         assert t.arg in ct.ARG_NAMES[ct.family(t.family).kind]
         assert t.reference.endswith("\n") and all(
-            line.startswith("    ") for line in t.reference.splitlines())
+            line.startswith("    ") for line in t.reference.splitlines()
+        )
     example = re.compile(r"# Return two times (\w+)\.\ndef double_[a-z]+\(\1\):\n")
     assert any(example.fullmatch(t.prompt) for t in ct.tasks("train", ["double"], 40))
 
@@ -185,8 +200,10 @@ def test_names_are_words_of_their_own_split_and_disjoint():
 
 
 def test_split_sizes_follow_split_percent():
-    words = ["".join(p) for p in itertools.product(
-        [c + v for c in ct.CONSONANTS for v in ct.VOWELS], repeat=2)]
+    words = [
+        "".join(p)
+        for p in itertools.product([c + v for c in ct.CONSONANTS for v in ct.VOWELS], repeat=2)
+    ]
     counts = {s: 0 for s in ct.SPLITS}
     for w in words:
         counts[ct.split_of_name(w)] += 1
@@ -235,14 +252,20 @@ def test_pretrain_documents_are_correct_programs():
 
 def family_of_comment(header: str) -> str:
     """The one family whose description, for some argument name, is this comment line."""
-    [family] = {f for f in ct.FAMILIES for d in ct.family(f).descriptions
-                for a in ct.ARG_NAMES[ct.family(f).kind] if header == "# " + d.format(a=a)}
+    [family] = {
+        f
+        for f in ct.FAMILIES
+        for d in ct.family(f).descriptions
+        for a in ct.ARG_NAMES[ct.family(f).kind]
+        if header == "# " + d.format(a=a)
+    }
     return family
 
 
 def test_pretraining_names_half_neutral():
-    prefixes = [re.search(r"^def (\w+)_\w+\(", ct.task_document(i, 5), re.M).group(1)
-                for i in range(2000)]
+    prefixes = [
+        re.search(r"^def (\w+)_\w+\(", ct.task_document(i, 5), re.M).group(1) for i in range(2000)
+    ]
     neutral = prefixes.count(ct.NEUTRAL_PREFIX) / len(prefixes)
     assert abs(neutral - ct.NEUTRAL_SHARE) < 0.05
     assert set(prefixes) == {ct.NEUTRAL_PREFIX, *ct.FAMILIES}
@@ -278,11 +301,22 @@ def test_task_document_depends_on_seed_and_index_alone():
 
 
 def test_same_text_in_a_process_with_another_hash_seed():
-    code = ("from glmflash.data import code_tasks as ct\n"
-            "print(repr([ct.task_document(i, 3) for i in range(5)]))\n"
-            "print(repr(ct.tasks('dev', per_family=2, seed=3)))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
-    here = (repr([ct.task_document(i, 3) for i in range(5)]) + "\n"
-            + repr(ct.tasks("dev", per_family=2, seed=3)) + "\n")
+    code = (
+        "from glmflash.data import code_tasks as ct\n"
+        "print(repr([ct.task_document(i, 3) for i in range(5)]))\n"
+        "print(repr(ct.tasks('dev', per_family=2, seed=3)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout
+    here = (
+        repr([ct.task_document(i, 3) for i in range(5)])
+        + "\n"
+        + repr(ct.tasks("dev", per_family=2, seed=3))
+        + "\n"
+    )
     assert out == here

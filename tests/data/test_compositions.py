@@ -10,10 +10,20 @@ import pytest
 from glmflash.data import compositions as co
 from glmflash.tokenizer import BOS, decode
 
-STEP = {"add": lambda v, c: v + c, "sub": lambda v, c: v - c, "mul": lambda v, c: v * c,
-        "neg": lambda v, c: 0 - v, "abs": lambda v, c: v if v >= 0 else -v}
-PHRASE = {r"add (\d)": "add", r"subtract (\d)": "sub", r"multiply by (\d)": "mul",
-          r"take the negative()": "neg", r"take the absolute value()": "abs"}
+STEP = {
+    "add": lambda v, c: v + c,
+    "sub": lambda v, c: v - c,
+    "mul": lambda v, c: v * c,
+    "neg": lambda v, c: 0 - v,
+    "abs": lambda v, c: v if v >= 0 else -v,
+}
+PHRASE = {
+    r"add (\d)": "add",
+    r"subtract (\d)": "sub",
+    r"multiply by (\d)": "mul",
+    r"take the negative()": "neg",
+    r"take the absolute value()": "abs",
+}
 
 
 def step_by_step(program, x):
@@ -38,9 +48,8 @@ def parse_prompt(prompt):
 
 
 def test_structure_counts_and_split():
-    by_loops = [(a, b, c) for a in co.OPS for b in co.OPS for c in co.OPS
-                if not a == b == c]
-    assert len(by_loops) == 5 ** 3 - 5 == 120
+    by_loops = [(a, b, c) for a in co.OPS for b in co.OPS for c in co.OPS if not a == b == c]
+    assert len(by_loops) == 5**3 - 5 == 120
     assert sorted(co.STRUCTURES) == sorted(by_loops)
     assert len(co.TRAIN_STRUCTURES) == 88 and len(co.HELDOUT_STRUCTURES) == 32
     assert set(co.TRAIN_STRUCTURES).isdisjoint(co.HELDOUT_STRUCTURES)
@@ -50,8 +59,9 @@ def test_structure_counts_and_split():
 
 def test_the_documented_example():
     program = (("add", 3), ("mul", 2), ("neg", None))
-    assert co.prompt_text(program) == ("Task: start with x. Add 3, then multiply by 2, "
-                                       "then take the negative.\nAnswer: ")
+    assert co.prompt_text(program) == (
+        "Task: start with x. Add 3, then multiply by 2, then take the negative.\nAnswer: "
+    )
     assert co.expression(program) == "-((x + 3) * 2)"
     assert co.expression((("neg", None), ("mul", 2), ("add", 4))) == "-x * 2 + 4"
     assert co.expression((("neg", None), ("neg", None), ("abs", None))) == "abs(-(-x))"
@@ -79,19 +89,50 @@ def test_checker_accepts_correct_and_equivalent_answers():
         assert co.check_answer(program, co.expression(program))
         assert co.check_answer(program, co.expression(program) + "\nTask: start with x.")
     program = (("add", 3), ("mul", 2), ("sub", 5))
-    for answer in ("(x + 3) * 2 - 5", "(x+3)*2-5", "2*(x+3)-5", "2*x+1", "1 + x + x",
-                   "  +(2 * x) + 1  "):
+    for answer in (
+        "(x + 3) * 2 - 5",
+        "(x+3)*2-5",
+        "2*(x+3)-5",
+        "2*x+1",
+        "1 + x + x",
+        "  +(2 * x) + 1  ",
+    ):
         assert co.check_answer(program, answer), answer
     assert co.check_answer((("abs", None), ("neg", None), ("mul", 2)), "-2*abs(x)")
 
 
-@pytest.mark.parametrize("answer", [
-    "(x + 3) * 3 - 5", "2*x", "x", "", "   ", "2*x+1.0", "2*x+True", "2*x + 1 if x else 0",
-    "__import__('os').system('true')", "__import__('os')", "().__class__.__bases__", "open('f')",
-    "exec('x')", "lambda: x", "9**9**9", "x ** 2", "x // 1", "abs(x, 1)", "abs(x=1)", "y + 1",
-    "[x][0]", "x; import os", "(" * 150 + "x" + ")" * 150, "(" * 99 + "x" + ")" * 99,
-    "-" * 199 + "x", "x" * 1000, "2*x+\n1",
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "(x + 3) * 3 - 5",
+        "2*x",
+        "x",
+        "",
+        "   ",
+        "2*x+1.0",
+        "2*x+True",
+        "2*x + 1 if x else 0",
+        "__import__('os').system('true')",
+        "__import__('os')",
+        "().__class__.__bases__",
+        "open('f')",
+        "exec('x')",
+        "lambda: x",
+        "9**9**9",
+        "x ** 2",
+        "x // 1",
+        "abs(x, 1)",
+        "abs(x=1)",
+        "y + 1",
+        "[x][0]",
+        "x; import os",
+        "(" * 150 + "x" + ")" * 150,
+        "(" * 99 + "x" + ")" * 99,
+        "-" * 199 + "x",
+        "x" * 1000,
+        "2*x+\n1",
+    ],
+)
 def test_checker_rejects_wrong_and_hostile_answers(answer):
     program = (("add", 3), ("mul", 2), ("sub", 5))
     assert co.check_answer(program, answer) is False
@@ -100,8 +141,10 @@ def test_checker_rejects_wrong_and_hostile_answers(answer):
 def test_checker_never_runs_the_text():
     """Payloads whose value would be right if they were executed."""
     program = (("add", 3), ("mul", 2), ("sub", 5))
-    for payload in ("[__import__('sys').modules.setdefault('_answer_ran', 1), 2*x+1][1]",
-                    "2*x+1 if __import__('sys').modules.setdefault('_answer_ran', 1) else 0"):
+    for payload in (
+        "[__import__('sys').modules.setdefault('_answer_ran', 1), 2*x+1][1]",
+        "2*x+1 if __import__('sys').modules.setdefault('_answer_ran', 1) else 0",
+    ):
         assert co.check_answer(program, payload) is False
     assert "_answer_ran" not in sys.modules
 
@@ -113,7 +156,7 @@ def test_composition_document_is_deterministic_and_uses_given_structures():
     assert docs != [co.composition_document(i, 4, few) for i in range(200)]
     seen = set()
     for doc in docs:
-        prompt, answer = doc[: doc.index("Answer: ") + 8], doc[doc.index("Answer: ") + 8:]
+        prompt, answer = doc[: doc.index("Answer: ") + 8], doc[doc.index("Answer: ") + 8 :]
         program = parse_prompt(prompt)
         seen.add(tuple(op for op, _ in program))
         assert answer.endswith("\n") and answer.count("\n") == 1

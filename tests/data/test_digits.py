@@ -109,8 +109,10 @@ def hue_band(rgb):
 
 
 def drawn_params(split, n=400):
-    return [digits.sample_params(RANGES[split], np.random.default_rng(derive_seed("t", split, i)))
-            for i in range(n)]
+    return [
+        digits.sample_params(RANGES[split], np.random.default_rng(derive_seed("t", split, i)))
+        for i in range(n)
+    ]
 
 
 def test_heldout_parameter_ranges_are_disjoint_from_train():
@@ -122,8 +124,10 @@ def test_heldout_parameter_ranges_are_disjoint_from_train():
     for split in digits.SPLITS:
         ps = drawn_params(split)
         seen[split] = {
-            "dx": np.array([p.dx for p in ps]), "dy": np.array([p.dy for p in ps]),
-            "intensity": [p.intensity for p in ps], "noise": [p.noise for p in ps],
+            "dx": np.array([p.dx for p in ps]),
+            "dy": np.array([p.dy for p in ps]),
+            "intensity": [p.intensity for p in ps],
+            "noise": [p.noise for p in ps],
             "bands": {hue_band(c) for p in ps for c in (p.fg, p.bg)},
         }
     train, held, far = seen["train"], seen["heldout"], seen["far"]

@@ -19,21 +19,32 @@ from glmflash.verify.validate import validate
 
 # independent of ladder.Primitive.fn: (value, c) -> value
 ORACLE = {
-    "add": lambda v, c: v + c, "sub": lambda v, c: v + (-c), "mul": lambda v, c: sum([v] * c),
-    "neg": lambda v, c: 0 - v, "abs": lambda v, c: v if v >= 0 else -v,
-    "square": lambda v, c: v ** 2, "floordiv": lambda v, c: (v - v % c) // c,
-    "mod": lambda v, c: v - c * (v // c), "min": lambda v, c: sorted([v, c])[0],
-    "max": lambda v, c: sorted([v, c])[1], "cond": lambda v, c: v + (-c if v > c else c),
-    "sum2": lambda v, c: v[0] + v[1], "diff2": lambda v, c: v[0] - v[1],
-    "prod2": lambda v, c: v[0] * v[1], "max2": lambda v, c: sorted(v)[1],
+    "add": lambda v, c: v + c,
+    "sub": lambda v, c: v + (-c),
+    "mul": lambda v, c: sum([v] * c),
+    "neg": lambda v, c: 0 - v,
+    "abs": lambda v, c: v if v >= 0 else -v,
+    "square": lambda v, c: v**2,
+    "floordiv": lambda v, c: (v - v % c) // c,
+    "mod": lambda v, c: v - c * (v // c),
+    "min": lambda v, c: sorted([v, c])[0],
+    "max": lambda v, c: sorted([v, c])[1],
+    "cond": lambda v, c: v + (-c if v > c else c),
+    "sum2": lambda v, c: v[0] + v[1],
+    "diff2": lambda v, c: v[0] - v[1],
+    "prod2": lambda v, c: v[0] * v[1],
+    "max2": lambda v, c: sorted(v)[1],
     "min2": lambda v, c: sorted(v)[0],
     "each_add": lambda v, c: list(map(lambda e: e + c, v)),
     "each_mul": lambda v, c: list(map(lambda e: e * c, v)),
     "keep_gt": lambda v, c: list(filter(lambda e: e > c, v)),
     "keep_even": lambda v, c: list(filter(lambda e: not e & 1, v)),
-    "total": lambda v, c: sum(v), "count": lambda v, c: sum(1 for _ in v),
-    "reverse": lambda v, c: "".join(reversed(v)), "take": lambda v, c: v[0:c],
-    "drop": lambda v, c: v[min(c, len(v)):], "repeat": lambda v, c: "".join([v] * c),
+    "total": lambda v, c: sum(v),
+    "count": lambda v, c: sum(1 for _ in v),
+    "reverse": lambda v, c: "".join(reversed(v)),
+    "take": lambda v, c: v[0:c],
+    "drop": lambda v, c: v[min(c, len(v)) :],
+    "repeat": lambda v, c: "".join([v] * c),
     "length": lambda v, c: sum(1 for _ in v),
 }
 N_PER_RUNG = 40
@@ -62,8 +73,10 @@ def run_in_process(task: ct.CodeTask, body: str) -> bool:
     namespace: dict = {}
     exec(task.prompt + body, namespace)
     fn = namespace[task.name]
-    return all(type(out := fn(*copy.deepcopy(c.args))) is type(c.expected) and out == c.expected
-               for c in task.task.cases)
+    return all(
+        type(out := fn(*copy.deepcopy(c.args))) is type(c.expected) and out == c.expected
+        for c in task.task.cases
+    )
 
 
 def one_task(structure: L.Structure, seed: int = 0) -> ct.CodeTask:
@@ -73,8 +86,19 @@ def one_task(structure: L.Structure, seed: int = 0) -> ct.CodeTask:
 def test_primitive_catalogue_has_every_kind_and_the_issue_primitives():
     kinds = {p.kind_in for p in L.PRIMITIVES.values()}
     assert kinds == set(L.KINDS)
-    for name in ("add", "sub", "mul", "neg", "abs", "square", "floordiv", "mod", "min", "max",
-                 "cond"):
+    for name in (
+        "add",
+        "sub",
+        "mul",
+        "neg",
+        "abs",
+        "square",
+        "floordiv",
+        "mod",
+        "min",
+        "max",
+        "cond",
+    ):
         assert L.PRIMITIVES[name].kind_in == "int"
     for p in L.PRIMITIVES.values():
         assert len(p.phrasings) >= 2 and p.heldout not in p.phrasings, p.name
@@ -106,8 +130,9 @@ def test_groups_partition_with_depth1_pretrained_and_every_primitive_in_each_dep
 
 
 def test_nothing_the_composition_corpus_trains_is_held_out():
-    taught = {s[i:j] for s in compositions.TRAIN_STRUCTURES for i in range(3)
-              for j in range(i + 2, 4)}
+    taught = {
+        s[i:j] for s in compositions.TRAIN_STRUCTURES for i in range(3) for j in range(i + 2, 4)
+    }
     for s in L.structures("heldout"):
         assert s.steps not in taught, s.name
     assert any(s.steps in taught for s in L.structures("pretrain"))
@@ -124,10 +149,12 @@ def test_rung_tasks_draw_from_their_rung_with_neutral_distinct_split_names(rung)
         assert t.family in allowed
         assert t.name == t.task.entry_point and t.name.startswith(f"{ct.NEUTRAL_PREFIX}_")
         assert ct.split_of_name(t.name) == "confirm"
-    assert [t.prompt for t in todo] == [t.prompt for t in
-                                        L.rung_tasks(rung, "confirm", N_PER_RUNG, seed=3)]
-    assert [t.prompt for t in todo] != [t.prompt for t in
-                                        L.rung_tasks(rung, "confirm", N_PER_RUNG, seed=4)]
+    assert [t.prompt for t in todo] == [
+        t.prompt for t in L.rung_tasks(rung, "confirm", N_PER_RUNG, seed=3)
+    ]
+    assert [t.prompt for t in todo] != [
+        t.prompt for t in L.rung_tasks(rung, "confirm", N_PER_RUNG, seed=4)
+    ]
 
 
 def test_phrasings_of_a_primitive_name_its_constant_equally_often():
@@ -179,8 +206,12 @@ def _heldout_patterns() -> list[re.Pattern]:
     out = []
     for p in L.PRIMITIVES.values():
         pieces = re.split(r"(\{[vcab]\})", p.heldout)
-        out.append(re.compile("".join(".+?" if re.fullmatch(r"\{[vcab]\}", x) else re.escape(x)
-                                      for x in pieces), re.IGNORECASE))
+        out.append(
+            re.compile(
+                "".join(".+?" if re.fullmatch(r"\{[vcab]\}", x) else re.escape(x) for x in pieces),
+                re.IGNORECASE,
+            )
+        )
     return out
 
 
@@ -203,8 +234,12 @@ def test_heldout_phrasings_and_structures_never_reach_training_text(monkeypatch)
     mix_corpus = make_corpus("mix", seed=1)
     texts = [L.ladder_document(i, seed=2) for i in range(1500)]
     texts += [tasks_corpus(i) for i in range(1500)] + [mix_corpus(i) for i in range(600)]
-    texts += [t.prompt for seed in range(3) for split in ("rl", "dev")
-              for t in L.rl_ladder_tasks(split, 60, seed)]
+    texts += [
+        t.prompt
+        for seed in range(3)
+        for split in ("rl", "dev")
+        for t in L.rl_ladder_tasks(split, 60, seed)
+    ]
     assert set(used) == {"pretrain", "rl"} and used.count("rl") == 360
     assert {s.group for s in L.rung_structures("rl_only")} == {"rl"}  # the pool, for any seed
     for text in texts:

@@ -20,9 +20,12 @@ def test_file_lists_are_sorted_disjoint_and_complete():
         assert not stdlib.SKIP_DIRS & set(parts[:-1]) and rel.endswith(".py")
         assert stdlib.MIN_BYTES <= os.path.getsize(os.path.join(root, *parts)) <= stdlib.MAX_BYTES
     shallow = glob.glob("*.py", root_dir=root) + glob.glob("*/*.py", root_dir=root)
-    expected = {p.replace(os.sep, "/") for p in shallow
-                if p.split(os.sep)[0] not in stdlib.SKIP_DIRS
-                and stdlib.MIN_BYTES <= os.path.getsize(os.path.join(root, p)) <= stdlib.MAX_BYTES}
+    expected = {
+        p.replace(os.sep, "/")
+        for p in shallow
+        if p.split(os.sep)[0] not in stdlib.SKIP_DIRS
+        and stdlib.MIN_BYTES <= os.path.getsize(os.path.join(root, p)) <= stdlib.MAX_BYTES
+    }
     assert expected and expected <= set(train + held)  # nothing usable near the top is missed
     assert {"os.py", "json/decoder.py"} <= set(train + held)
     with pytest.raises(ValueError, match="unknown stdlib split"):

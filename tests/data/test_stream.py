@@ -39,7 +39,7 @@ def test_rows_are_windows_of_concatenated_documents(seq_len):
         assert len(row) == seq_len + 1 and PAD not in row
         docs = [encode(doc(i), bos=True, eos=True) for i in list(doc.calls)]
         concat = [t for d in docs for t in d]
-        offsets = [o for o in range(len(docs[0])) if concat[o:o + seq_len + 1] == row]
+        offsets = [o for o in range(len(docs[0])) if concat[o : o + seq_len + 1] == row]
         assert offsets, "row is not a window starting in the first document"
         assert len(concat) - len(docs[-1]) < offsets[0] + seq_len + 1  # every document is used
         starts_mid_document += row[0] != BOS
@@ -66,8 +66,10 @@ def test_batch_shapes_targets_and_determinism():
 def test_rank_slices_partition_the_global_batch(world_size):
     corpus = make_corpus("tasks", seed=0)
     whole_x, whole_y = PackedStream(corpus, 24, seed=4).batch(3, 8)
-    parts = [PackedStream(corpus, 24, seed=4, rank=r, world_size=world_size).batch(3, 8)
-             for r in range(world_size)]
+    parts = [
+        PackedStream(corpus, 24, seed=4, rank=r, world_size=world_size).batch(3, 8)
+        for r in range(world_size)
+    ]
     assert all(p[0].shape == (8 // world_size, 24) for p in parts)
     assert torch.equal(torch.cat([p[0] for p in parts]), whole_x)
     assert torch.equal(torch.cat([p[1] for p in parts]), whole_y)
@@ -102,8 +104,10 @@ def test_corpora_by_name_and_split():
     assert abs(from_ladder / len(train) - LADDER_SHARE) < 0.1
     seed_families = sum(d == code_tasks.task_document(i, 0) for i, d in enumerate(train))
     assert seed_families == len(train) - from_ladder
-    for split, structures in (("train", compositions.TRAIN_STRUCTURES),
-                              ("eval", compositions.HELDOUT_STRUCTURES)):
+    for split, structures in (
+        ("train", compositions.TRAIN_STRUCTURES),
+        ("eval", compositions.HELDOUT_STRUCTURES),
+    ):
         docs = [make_corpus("compositions", 1, split)(i) for i in range(50)]
         assert docs == [compositions.composition_document(i, 1, structures) for i in range(50)]
     for split, files in (("train", "train"), ("eval", "heldout")):

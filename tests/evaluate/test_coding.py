@@ -22,13 +22,17 @@ def test_passing_samples_by_hand():
 def test_sampled_scores_follow_the_records():
     todo = tasks("dev", ["increment", "even"], per_family=2, seed=0)
     torch.manual_seed(0)
-    res = evaluate_tasks(GLMFlash(model_config("tiny")), todo, "sample", samples=3, k=2,
-                         seed=1, max_new_tokens=6)
+    res = evaluate_tasks(
+        GLMFlash(model_config("tiny")), todo, "sample", samples=3, k=2, seed=1, max_new_tokens=6
+    )
     assert len(res.records) == 12 and res.to_json()["passing_samples"] == res.passing_samples()
     for family in ("increment", "even"):
         mine = [r for r in res.records if r["family"] == family]
-        per_task = [sum(r["status"] == "pass" for r in mine if r["name"] == t.name)
-                    for t in todo if t.family == family]
+        per_task = [
+            sum(r["status"] == "pass" for r in mine if r["name"] == t.name)
+            for t in todo
+            if t.family == family
+        ]
         assert res.passing_samples()[family] == [sum(per_task), 6]
         assert res.per_family[family] == [sum(pass_at_k(3, c, 2) for c in per_task), 2]
 
@@ -52,13 +56,16 @@ def scripted_generate(plan: dict[str, list[str]]):
 WRONG = "    return 0\n"
 
 
-@pytest.mark.parametrize("k, expected", [
-    # per task, pass@k from n = 4 samples of which c = 4, 0, 1, 2 pass:
-    # 1 - C(4 - c, k) / C(4, k), by hand
-    (1, [1.0, 0.0, 0.25, 0.5]),
-    (2, [1.0, 0.0, 0.5, 5 / 6]),
-    (4, [1.0, 0.0, 1.0, 1.0]),
-])
+@pytest.mark.parametrize(
+    "k, expected",
+    [
+        # per task, pass@k from n = 4 samples of which c = 4, 0, 1, 2 pass:
+        # 1 - C(4 - c, k) / C(4, k), by hand
+        (1, [1.0, 0.0, 0.25, 0.5]),
+        (2, [1.0, 0.0, 0.5, 5 / 6]),
+        (4, [1.0, 0.0, 1.0, 1.0]),
+    ],
+)
 def test_sampled_scores_belong_to_their_own_task(monkeypatch, k, expected):
     """Scripted completions (a task's reference body or a wrong one), verified for real: each
     record, pass count and group label belongs to the task whose prompt was completed, and the
@@ -66,17 +73,22 @@ def test_sampled_scores_belong_to_their_own_task(monkeypatch, k, expected):
     todo = tasks("dev", ["increment", "double"], per_family=2, seed=0)
     todo = [todo[0], todo[2], todo[1], todo[3]]  # families interleaved
     passing = [4, 0, 1, 2]  # samples (of 4) that get the task's own reference body
-    plan = {t.prompt: [t.reference] * c + [WRONG] * (4 - c)
-            for t, c in zip(todo, passing, strict=True)}
+    plan = {
+        t.prompt: [t.reference] * c + [WRONG] * (4 - c) for t, c in zip(todo, passing, strict=True)
+    }
     monkeypatch.setattr(coding, "generate", scripted_generate(plan))
     res = evaluate_tasks(None, todo, "sample", samples=4, k=k, groups=["a", "a", "b", "c"])
     assert [(r["name"], r["completion"], r["status"] == "pass") for r in res.records] == [
-        (t.name, text, text == t.reference) for t in todo for text in plan[t.prompt]]
+        (t.name, text, text == t.reference) for t in todo for text in plan[t.prompt]
+    ]
     assert [r["group"] for r in res.records] == [g for g in "aabc" for _ in range(4)]
     assert res.passing_samples() == {"a": [4, 8], "b": [1, 4], "c": [2, 4]}
     assert res.per_family.keys() == {"a", "b", "c"}
-    for g, score, n in (("a", expected[0] + expected[1], 2), ("b", expected[2], 1),
-                        ("c", expected[3], 1)):
+    for g, score, n in (
+        ("a", expected[0] + expected[1], 2),
+        ("b", expected[2], 1),
+        ("c", expected[3], 1),
+    ):
         assert res.per_family[g] == [pytest.approx(score, abs=1e-12), n]
     assert res.k == k and res.n_samples == 4
 
@@ -90,5 +102,6 @@ def test_greedy_pass_at_1_per_family(monkeypatch):
     res = evaluate_tasks(None, todo[::-1])  # reversed: families and tasks out of order
     assert res.per_family == {"even": [0.0, 2], "double": [1.0, 2], "increment": [2.0, 2]}
     assert [(r["name"], r["group"], r["status"] == "pass") for r in res.records] == [
-        (t.name, t.family, ok) for t, ok in zip(todo[::-1], solved[::-1], strict=True)]
+        (t.name, t.family, ok) for t, ok in zip(todo[::-1], solved[::-1], strict=True)
+    ]
     assert res.counts(["double", "even"]) == [1.0, 4] and res.pass_rate == 0.5

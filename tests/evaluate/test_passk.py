@@ -64,18 +64,21 @@ def test_edge_cases():
     np.testing.assert_array_equal(pass_at_k([4, 4, 4], [0, 1, 4], 4), [0.0, 1.0, 1.0])
 
 
-@pytest.mark.parametrize("n,c,k", [
-    (4, 1, 5),  # k > n
-    (4, 5, 2),  # c > n
-    (4, -1, 2),  # negative c
-    (-4, 0, 1),  # negative n
-    (4, 1, 0),  # k < 1
-    (4, 1, -2),
-    (4.5, 1, 2),  # not an integer
-    (4, 1, [1, 2]),  # k must be one number
-    ([4, 2], [1, 3], 2),  # one problem has c > n
-    ([4, 1], [1, 1], 2),  # one problem has k > n
-])
+@pytest.mark.parametrize(
+    "n,c,k",
+    [
+        (4, 1, 5),  # k > n
+        (4, 5, 2),  # c > n
+        (4, -1, 2),  # negative c
+        (-4, 0, 1),  # negative n
+        (4, 1, 0),  # k < 1
+        (4, 1, -2),
+        (4.5, 1, 2),  # not an integer
+        (4, 1, [1, 2]),  # k must be one number
+        ([4, 2], [1, 3], 2),  # one problem has c > n
+        ([4, 1], [1, 1], 2),  # one problem has k > n
+    ],
+)
 def test_bad_input_raises(n, c, k):
     with pytest.raises(ValueError):
         pass_at_k(n, c, k)

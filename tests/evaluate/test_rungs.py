@@ -26,8 +26,10 @@ def test_parse_rungs():
 
 
 def test_seed_rungs_differ_only_in_the_name():
-    named = {r: rung_tasks(r, "confirm", 8) for r in
-             ("seed_families", "seed_neutral_names", "seed_misleading_names")}
+    named = {
+        r: rung_tasks(r, "confirm", 8)
+        for r in ("seed_families", "seed_neutral_names", "seed_misleading_names")
+    }
     fam, neu, mis = named.values()
     assert [t.prompt.split("\n")[0] for t in fam] == [t.prompt.split("\n")[0] for t in neu]
     assert all(t.name.startswith(f"{t.family}_") for t in fam)
@@ -45,8 +47,10 @@ def test_batched_rungs_equal_one_rung_at_a_time(monkeypatch):
     good = {p for i, p in enumerate(sorted(reference)) if i % 3 != 1}
 
     def fake_generate(model, prompts, max_new_tokens, temperature, top_p=1.0, seed=0):
-        return [Completion([], [], reference[p] if p in good else "    return 0\n", "eos")
-                for p in prompts]
+        return [
+            Completion([], [], reference[p] if p in good else "    return 0\n", "eos")
+            for p in prompts
+        ]
 
     monkeypatch.setattr(coding, "generate", fake_generate)
     results = evaluate_rungs(None, rungs, "dev", per_rung=6, seed=2, samples=2, k=2)
@@ -59,17 +63,32 @@ def test_batched_rungs_equal_one_rung_at_a_time(monkeypatch):
         assert table[rung]["greedy"] == [expected, 6] == [alone.solved, alone.total]
         assert table[rung]["samples"] == [2 * expected, 12] and table[rung]["pass@2"][1] == 6
     assert 0 < sum(v["greedy"][0] for v in table.values()) < 18
-    assert rung_tasks("unseen_depth2", "dev", 3, 2) == ladder.rung_tasks("unseen_depth2", "dev",
-                                                                         3, 2)
+    assert rung_tasks("unseen_depth2", "dev", 3, 2) == ladder.rung_tasks(
+        "unseen_depth2", "dev", 3, 2
+    )
 
 
 def test_eval_command_per_rung_saves_every_record(tmp_path, capsys):
     torch.manual_seed(0)
     save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
     out = tmp_path / "eval.json"
-    args = ["eval", "--checkpoint", str(tmp_path / "ck"), "--rungs", "depth1,unseen_depth3",
-            "--per-rung", "2", "--samples", "2", "--max-new-tokens", "4", "--device", "cpu",
-            "--out", str(out)]
+    args = [
+        "eval",
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--rungs",
+        "depth1,unseen_depth3",
+        "--per-rung",
+        "2",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     data = json.loads(out.read_text())
     assert list(data["rungs"]) == ["depth1", "unseen_depth3"]

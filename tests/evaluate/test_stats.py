@@ -31,8 +31,14 @@ def test_paired_bootstrap_matches_scipy(n):
     b = a + rng.normal(0.2, 0.5, size=n)  # correlated pairs
     resamples = 10_000
     got = paired_bootstrap(a, b, n_resamples=resamples, seed=1)
-    ref = sps.bootstrap((b - a,), np.mean, n_resamples=resamples, method="percentile",
-                        confidence_level=0.95, rng=np.random.default_rng(2))
+    ref = sps.bootstrap(
+        (b - a,),
+        np.mean,
+        n_resamples=resamples,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(2),
+    )
     spread = np.std(b - a) / math.sqrt(n)  # standard deviation of the resampled means
     assert got.estimate == pytest.approx(np.mean(b - a))
     assert got.confidence == 0.95
@@ -56,7 +62,8 @@ def test_paired_bootstrap_resamples_pairs():
     rng = np.random.default_rng(4)
     a, b = rng.normal(size=9), rng.normal(size=9)
     assert paired_bootstrap(a, b, n_resamples=500, seed=7) == bootstrap_mean(
-        b - a, n_resamples=500, seed=7)
+        b - a, n_resamples=500, seed=7
+    )
     # a shared per-seed offset cancels in the pairs: adding it changes nothing
     shift = rng.normal(0.0, 100.0, size=9)
     base = paired_bootstrap(a, b, n_resamples=500, seed=7)
@@ -76,7 +83,8 @@ def test_bootstrap_blocks_match_one_draw():
     got = bootstrap_mean(x, n_resamples=70_000, seed=0)
     half = 1.959964 * np.std(x) / math.sqrt(20)
     assert got.low == pytest.approx(9.5 - half, abs=0.1) and got.high == pytest.approx(
-        9.5 + half, abs=0.1)
+        9.5 + half, abs=0.1
+    )
 
 
 def test_bootstrap_degenerate_and_bad_input():
@@ -102,8 +110,11 @@ def scipy_sign_flip(a, b):
     res = sps.permutation_test(
         (np.asarray(a, float), np.asarray(b, float)),
         lambda x, y, axis: np.mean(y, axis=axis) - np.mean(x, axis=axis),
-        permutation_type="samples", vectorized=True, n_resamples=np.inf,
-        alternative="two-sided")
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf,
+        alternative="two-sided",
+    )
     return res.pvalue
 
 
@@ -111,8 +122,10 @@ def loop_sign_flip(a, b):
     """Independent reference: a Python loop over every sign pattern in exact arithmetic."""
     d = [Fraction(y) - Fraction(x) for x, y in zip(a, b, strict=True)]
     observed = abs(sum(d))
-    hits = sum(abs(sum(s * di for s, di in zip(signs, d, strict=True))) >= observed
-               for signs in itertools.product([1, -1], repeat=len(d)))
+    hits = sum(
+        abs(sum(s * di for s, di in zip(signs, d, strict=True))) >= observed
+        for signs in itertools.product([1, -1], repeat=len(d))
+    )
     return hits / 2 ** len(d)
 
 
@@ -141,8 +154,9 @@ def test_sign_flip_decimal_ties(den):
     rng = np.random.default_rng(den)
     for n in [4, 7, 10]:
         ka, kb = rng.integers(0, den + 1, size=n), rng.integers(0, den + 1, size=n)
-        exact = loop_sign_flip([Fraction(int(k), den) for k in ka],
-                               [Fraction(int(k), den) for k in kb])
+        exact = loop_sign_flip(
+            [Fraction(int(k), den) for k in ka], [Fraction(int(k), den) for k in kb]
+        )
         assert sign_flip_test(ka / den, kb / den) == exact
 
 
@@ -170,9 +184,11 @@ def test_sign_flip_exact_at_twenty():
     a = rng.normal(size=20)
     b = a + rng.normal(0.5, 1.0, size=20)
     p = sign_flip_test(a, b)  # 2^20 patterns, enumerated
-    assert p * 2 ** 20 == round(p * 2 ** 20)  # a count of patterns
-    assert p == pytest.approx(sign_flip_test(a, b, exact_max_n=0, n_resamples=40_000),
-                              abs=5 * math.sqrt(p * (1 - p) / 40_000) + 1e-4)
+    assert p * 2**20 == round(p * 2**20)  # a count of patterns
+    assert p == pytest.approx(
+        sign_flip_test(a, b, exact_max_n=0, n_resamples=40_000),
+        abs=5 * math.sqrt(p * (1 - p) / 40_000) + 1e-4,
+    )
 
 
 @pytest.mark.parametrize("n", [8, 12])
@@ -194,7 +210,7 @@ def test_sign_flip_monte_carlo_beyond_twenty():
     shift = rng.normal(0.0, 1.0, size=n)
     p_null = sign_flip_test(a, a + shift, n_resamples=20_000)
     # large n: the sign-flip null of the sum is close to normal with variance sum d^2
-    z = abs(shift.sum()) / math.sqrt(np.sum(shift ** 2))
+    z = abs(shift.sum()) / math.sqrt(np.sum(shift**2))
     assert p_null == pytest.approx(2 * sps.norm.sf(z), abs=0.03)
     p_all = sign_flip_test(a, a + np.abs(shift) + 0.1, n_resamples=2_000)
     assert p_all == 1 / 2001  # nothing as extreme as all 30 pairs agreeing: (1 + 0) / (1 + R)
@@ -205,7 +221,7 @@ def test_sign_flip_monte_carlo_beyond_twenty():
 
 def binomial_two_sided(k: int, n: int) -> float:
     """Exact two-sided p for Binomial(n, 1/2): twice the smaller tail, capped at 1."""
-    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 
@@ -252,8 +268,9 @@ def holm_by_definition(p):
     m = len(p)
     rank = sorted(range(m), key=lambda i: p[i])
     pos = {idx: r for r, idx in enumerate(rank)}
-    return [max(min(1.0, (m - pos[j]) * p[j]) for j in range(m) if pos[j] <= pos[i])
-            for i in range(m)]
+    return [
+        max(min(1.0, (m - pos[j]) * p[j]) for j in range(m) if pos[j] <= pos[i]) for i in range(m)
+    ]
 
 
 def holm_step_down_rejects(p, alpha):

@@ -17,10 +17,17 @@ from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
 
-DOUBLE = {"prompt": "# Double x.\ndef f(x):\n", "entry_point": "f",
-          "cases": [{"args": [3], "expected": 6}, {"args": [-1], "expected": -2}]}
-CHECK = {"prompt": "def g(s):\n", "entry_point": "g", "group": "strings",
-         "test": "def check(candidate):\n    assert candidate('ab') == 'ba'\n"}
+DOUBLE = {
+    "prompt": "# Double x.\ndef f(x):\n",
+    "entry_point": "f",
+    "cases": [{"args": [3], "expected": 6}, {"args": [-1], "expected": -2}],
+}
+CHECK = {
+    "prompt": "def g(s):\n",
+    "entry_point": "g",
+    "group": "strings",
+    "test": "def check(candidate):\n    assert candidate('ab') == 'ba'\n",
+}
 RIGHT = {"f": "    return 2 * x\n", "g": "    return s[::-1]\n"}
 
 
@@ -29,19 +36,22 @@ def write(path, items) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", ":2: invalid JSON"),
-    ('[1, 2]', ":2: expected a JSON object"),
-    (json.dumps({**DOUBLE, "prompt": ""}), ":2: 'prompt' must be a non-empty string"),
-    (json.dumps({**DOUBLE, "test": CHECK["test"]}), ":2: give either 'cases' or 'test'"),
-    (json.dumps({"prompt": "x", "entry_point": "f"}), ":2: give either 'cases' or 'test'"),
-    (json.dumps({**DOUBLE, "colour": 1}), ":2: unknown field(s) colour"),
-    (json.dumps({**DOUBLE, "entry_point": "1f"}), ":2: task 'entry_point'"),
-    (json.dumps({**DOUBLE, "cases": []}), ":2: task 'cases' must be a non-empty list"),
-    (json.dumps({**CHECK, "test": "x = 1"}), ":2: task 'test' must define check"),
-    (json.dumps({**DOUBLE, "group": 3}), ":2: 'group' must be a non-empty string"),
-    (json.dumps({**DOUBLE, "id": 1}), ":2: duplicate id '1'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", ":2: invalid JSON"),
+        ("[1, 2]", ":2: expected a JSON object"),
+        (json.dumps({**DOUBLE, "prompt": ""}), ":2: 'prompt' must be a non-empty string"),
+        (json.dumps({**DOUBLE, "test": CHECK["test"]}), ":2: give either 'cases' or 'test'"),
+        (json.dumps({"prompt": "x", "entry_point": "f"}), ":2: give either 'cases' or 'test'"),
+        (json.dumps({**DOUBLE, "colour": 1}), ":2: unknown field(s) colour"),
+        (json.dumps({**DOUBLE, "entry_point": "1f"}), ":2: task 'entry_point'"),
+        (json.dumps({**DOUBLE, "cases": []}), ":2: task 'cases' must be a non-empty list"),
+        (json.dumps({**CHECK, "test": "x = 1"}), ":2: task 'test' must define check"),
+        (json.dumps({**DOUBLE, "group": 3}), ":2: 'group' must be a non-empty string"),
+        (json.dumps({**DOUBLE, "id": 1}), ":2: duplicate id '1'"),
+    ],
+)
 def test_a_malformed_line_is_named_with_what_is_wrong(tmp_path, line, message):
     path = write(tmp_path / "t.jsonl", [DOUBLE, line])
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -60,6 +70,7 @@ def test_load_reads_both_kinds_and_skips_blank_lines(tmp_path):
 def scripted(passes: dict[str, list[bool]], calls: list):
     """A stand-in for `generate`: sample j of the task with entry point e is right when
     passes[e][j]; every prompt handed over is noted in `calls`."""
+
     def fake(model, prompts, **kwargs):
         seen: dict[str, int] = {}
         out = []
@@ -70,16 +81,21 @@ def scripted(passes: dict[str, list[bool]], calls: list):
             calls.append(text)
             body = RIGHT[entry] if passes[entry][j] else "    return 0\n"
             ids = tok.encode(body)
-            out.append(Completion(p if isinstance(p, list) else tok.encode(p), ids, body,
-                                  "complete"))
+            out.append(
+                Completion(p if isinstance(p, list) else tok.encode(p), ids, body, "complete")
+            )
         return out
+
     return fake
 
 
 def test_scores_come_from_the_saved_records_per_group(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(coding, "generate", scripted({"f": [True, False, True, False],
-                                                      "g": [False, False, False, True]}, calls))
+    monkeypatch.setattr(
+        coding,
+        "generate",
+        scripted({"f": [True, False, True, False], "g": [False, False, False, True]}, calls),
+    )
     tasks = user_tasks.load_tasks(write(tmp_path / "t.jsonl", [DOUBLE, CHECK]))
     records = tmp_path / "out.records.jsonl"
     model = GLMFlash(model_config("tiny"))
@@ -89,8 +105,15 @@ def test_scores_come_from_the_saved_records_per_group(tmp_path, monkeypatch):
     assert s["overall"] == [pass_at_2[2] + pass_at_2[1], 2] and s["evaluated_now"] == 2
     saved = [json.loads(line) for line in records.read_text().splitlines()]
     assert [(r["id"], r["status"]) for r in saved] == [
-        ("1", "pass"), ("1", "fail"), ("1", "pass"), ("1", "fail"),
-        ("2", "fail"), ("2", "fail"), ("2", "fail"), ("2", "pass")]
+        ("1", "pass"),
+        ("1", "fail"),
+        ("1", "pass"),
+        ("1", "fail"),
+        ("2", "fail"),
+        ("2", "fail"),
+        ("2", "fail"),
+        ("2", "pass"),
+    ]
 
 
 def test_resume_evaluates_nothing_twice(tmp_path, monkeypatch):
@@ -107,6 +130,7 @@ def test_resume_evaluates_nothing_twice(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         chunks.append(len(prompts))
         return fake(model, prompts, **kwargs)
+
     monkeypatch.setattr(coding, "generate", dies_after_two_chunks)
     with pytest.raises(KeyboardInterrupt):
         user_tasks.evaluate_saved(model, tasks, records, False)
@@ -132,8 +156,11 @@ def test_humaneval_prompts_are_cut_for_the_model_but_judged_whole(tmp_path, monk
 
     def answer(model, prompts, **kwargs):
         shown.extend(prompts)
-        return [Completion(p, tok.encode(canonical[t.name]), canonical[t.name], "complete")
-                for p, t in zip(prompts, tasks, strict=True)]
+        return [
+            Completion(p, tok.encode(canonical[t.name]), canonical[t.name], "complete")
+            for p, t in zip(prompts, tasks, strict=True)
+        ]
+
     monkeypatch.setattr(coding, "generate", answer)
     model = GLMFlash(model_config("tiny"))
     s = user_tasks.evaluate_saved(model, tasks, tmp_path / "r.jsonl", False)
@@ -147,8 +174,17 @@ def test_eval_command_end_to_end(tmp_path, capsys):
     save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
     tasks = write(tmp_path / "t.jsonl", [DOUBLE, CHECK])
     out = tmp_path / "res" / "mine.json"
-    args = ["eval", "--checkpoint", str(tmp_path / "ck"), "--tasks", tasks, "--out", str(out),
-            "--max-new-tokens", "8"]
+    args = [
+        "eval",
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--tasks",
+        tasks,
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "8",
+    ]
     assert cli.main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary == json.loads(out.read_text())

@@ -21,15 +21,25 @@ def table_run(config: dict, seed: int) -> dict:
     if seed in config.get("fail", []):
         raise RuntimeError("boom")
     value = config["values"][seed]
-    return {"score": value, "other": -value,
-            "curves": {"score": [[0, 0.0], [5, value / 2], [10, value]]}}
+    return {
+        "score": value,
+        "other": -value,
+        "curves": {"score": [[0, 0.0], [5, value / 2], [10, value]]},
+    }
 
 
 def make(tmp_path, conditions: dict[str, list[float]], comparisons, seeds, fail=()):
-    exp = Experiment(name="t", seeds=tuple(seeds), run=table_run, metric="score",
-                     secondary=("other",), comparisons=comparisons,
-                     conditions={c: {"values": v, "fail": list(fail) if c == "b" else []}
-                                 for c, v in conditions.items()})
+    exp = Experiment(
+        name="t",
+        seeds=tuple(seeds),
+        run=table_run,
+        metric="score",
+        secondary=("other",),
+        comparisons=comparisons,
+        conditions={
+            c: {"values": v, "fail": list(fail) if c == "b" else []} for c, v in conditions.items()
+        },
+    )
     run_experiment(exp, tmp_path, log=lambda _: None)
     return tmp_path / "t"
 
@@ -63,13 +73,16 @@ def test_null_data_says_nothing_is_significant_and_writes_the_plots(tmp_path):
 def test_a_clear_effect_is_significant_with_holm_across_comparisons(tmp_path):
     rng = np.random.default_rng(1)
     base = rng.normal(0.5, 0.05, 10)
-    conditions = {"a": base.tolist(), "b": (base + 0.1 + rng.normal(0, 0.01, 10)).tolist(),
-                  "c": (base + rng.normal(0, 0.01, 10)).tolist()}
+    conditions = {
+        "a": base.tolist(),
+        "b": (base + 0.1 + rng.normal(0, 0.01, 10)).tolist(),
+        "c": (base + rng.normal(0, 0.01, 10)).tolist(),
+    }
     folder = make(tmp_path, conditions, [("a", "b"), ("a", "c")], range(10))
     text = report.write_report(folder).read_text()
     results = json.loads((folder / "results.json").read_text())
     ab, ac = results["comparisons"]["score"]
-    assert ab["p"] == pytest.approx(2 / 2 ** 10)  # all ten seeds favour b: the exact floor
+    assert ab["p"] == pytest.approx(2 / 2**10)  # all ten seeds favour b: the exact floor
     assert ab["seeds_agree"] == 10 and ab["low"] > 0
     assert ab["low"] <= ab["difference"] <= ab["high"]
     p_sorted = sorted([ab["p"], ac["p"]])  # Holm for m = 2: 2 p_(1), max(that, p_(2))
@@ -83,7 +96,8 @@ def test_a_clear_effect_is_significant_with_holm_across_comparisons(tmp_path):
     # the secondary metric is the negation: the same p, the opposite difference
     sab = results["comparisons"]["other"][0]
     assert sab["p"] == pytest.approx(ab["p"]) and sab["difference"] == pytest.approx(
-        -ab["difference"])
+        -ab["difference"]
+    )
     stats_b = results["conditions"]["b"]["score"]
     assert stats_b["mean"] == pytest.approx(np.mean(conditions["b"]))
     assert stats_b["low"] < stats_b["mean"] < stats_b["high"]
@@ -91,8 +105,9 @@ def test_a_clear_effect_is_significant_with_holm_across_comparisons(tmp_path):
 
 def test_failed_runs_are_listed_and_left_out_of_the_pairs(tmp_path):
     values = [0.1 * i for i in range(6)]
-    folder = make(tmp_path, {"a": values, "b": [v + 1 for v in values]}, [("a", "b")],
-                  range(6), fail=(2,))
+    folder = make(
+        tmp_path, {"a": values, "b": [v + 1 for v in values]}, [("a", "b")], range(6), fail=(2,)
+    )
     text = report.write_report(folder).read_text()
     results = json.loads((folder / "results.json").read_text())
     (row,) = results["comparisons"]["score"]
@@ -102,8 +117,7 @@ def test_failed_runs_are_listed_and_left_out_of_the_pairs(tmp_path):
 
 
 def test_too_few_seeds_are_called_out(tmp_path):
-    folder = make(tmp_path, {"a": [0.0, 0.0, 0.0], "b": [1.0, 1.0, 1.0]}, [("a", "b")],
-                  range(3))
+    folder = make(tmp_path, {"a": [0.0, 0.0, 0.0], "b": [1.0, 1.0, 1.0]}, [("a", "b")], range(3))
     text = report.write_report(folder).read_text()
     assert "Nothing is significant" in text and "2/2^3 = 0.25" in text
 

@@ -25,14 +25,19 @@ def test_each_condition_changes_one_setting_of_the_baseline():
 
 def test_settings_parse_as_json_or_text():
     assert parse_settings(["init=runs/a b", "groups=24", "kl=0.5", "x=null"]) == {
-        "init": "runs/a b", "groups": 24, "kl": 0.5, "x": None}
+        "init": "runs/a b",
+        "groups": 24,
+        "kl": 0.5,
+        "x": None,
+    }
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_settings(["groups"])
 
 
 def test_unknown_setting_is_refused(tmp_path, capsys):
-    code = cli.main(["experiment", "rl-ablations", "--out", str(tmp_path), "--quick",
-                     "--set", "initt=x"])
+    code = cli.main(
+        ["experiment", "rl-ablations", "--out", str(tmp_path), "--quick", "--set", "initt=x"]
+    )
     assert code != 0
     assert "no setting initt" in capsys.readouterr().err
 
@@ -41,8 +46,19 @@ def test_quick_grid_runs_from_a_checkpoint(tmp_path):
     torch.manual_seed(0)
     save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
     out = tmp_path / "exp"
-    code = cli.main(["experiment", "rl-ablations", "--out", str(out), "--quick",
-                     "--seeds", "31415", "--set", f"init={tmp_path / 'ck'}"])
+    code = cli.main(
+        [
+            "experiment",
+            "rl-ablations",
+            "--out",
+            str(out),
+            "--quick",
+            "--seeds",
+            "31415",
+            "--set",
+            f"init={tmp_path / 'ck'}",
+        ]
+    )
     assert code == 0
     runs = sorted((out / "rl-ablations" / "runs").glob("*.json"))
     assert len(runs) == len(CHANGES)
@@ -59,8 +75,18 @@ def test_quick_grid_runs_from_a_checkpoint(tmp_path):
 
 def test_missing_init_fails_the_runs_with_a_clear_error(tmp_path):
     out = tmp_path / "exp"
-    code = cli.main(["experiment", "rl-ablations", "--out", str(out), "--quick",
-                     "--seeds", "31415", "--no-report"])
+    code = cli.main(
+        [
+            "experiment",
+            "rl-ablations",
+            "--out",
+            str(out),
+            "--quick",
+            "--seeds",
+            "31415",
+            "--no-report",
+        ]
+    )
     assert code == 1
     record = json.loads(next((out / "rl-ablations" / "runs").glob("*.json")).read_text())
     assert record["status"] == "error" and "--set init=" in record["error"]

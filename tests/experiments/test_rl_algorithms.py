@@ -20,9 +20,12 @@ def test_arms_differ_in_the_algorithm_only():
         assert {k: v for k, v in condition.items() if k not in keys} == base
         assert {k: condition[k] for k in keys} == ALGORITHMS[name]
         # the same rollouts: tasks, group size and sampling are shared
-        cfg = RLConfig(**{**{k: v for k, v in condition.items() if k not in ("init",
-                                                                              "per_rung")},
-                          "families": tuple(condition["families"])})
+        cfg = RLConfig(
+            **{
+                **{k: v for k, v in condition.items() if k not in ("init", "per_rung")},
+                "families": tuple(condition["families"]),
+            }
+        )
         assert (cfg.groups, cfg.group_size, cfg.temperature) == (48, 8, 0.8)
     assert len(exp.seeds) >= 5 and exp.metric == "unseen"
     assert sorted(exp.comparisons) == [("rloo", "dr_grpo"), ("rloo", "grpo"), ("rloo", "ppo")]
@@ -35,8 +38,19 @@ def test_quick_run_of_every_arm(tmp_path):
         model.embedding.weight.mul_(4)
     save_model(tmp_path / "ck", model)
     out = tmp_path / "exp"
-    code = cli.main(["experiment", "rl-algorithms", "--out", str(out), "--quick", "--seeds",
-                     "1", "--set", f"init={tmp_path / 'ck'}"])
+    code = cli.main(
+        [
+            "experiment",
+            "rl-algorithms",
+            "--out",
+            str(out),
+            "--quick",
+            "--seeds",
+            "1",
+            "--set",
+            f"init={tmp_path / 'ck'}",
+        ]
+    )
     assert code == 0
     runs = sorted((out / "rl-algorithms" / "runs").glob("*.json"))
     assert len(runs) == 4

@@ -23,6 +23,7 @@ def toy_run(config: dict, seed: int) -> dict:
     metrics = {"score": value, "curves": {"score": [[0, 0.0], [1, value]]}}
     if config.get("threads"):
         import torch
+
         metrics["threads"] = torch.get_num_threads()
     return metrics
 
@@ -30,10 +31,17 @@ def toy_run(config: dict, seed: int) -> dict:
 def toy(tmp_path: Path, fail_seed: int | None = None, **extra) -> Experiment:
     log = str(tmp_path / "calls.log")
     return Experiment(
-        name="toy", run=toy_run, metric="score", seeds=(0, 1),
-        conditions={"low": {"shift": 0.0, "log": log},
-                    "high": {"shift": 1.0, "log": log, "fail_seed": fail_seed}},
-        comparisons=[("low", "high")], **extra)
+        name="toy",
+        run=toy_run,
+        metric="score",
+        seeds=(0, 1),
+        conditions={
+            "low": {"shift": 0.0, "log": log},
+            "high": {"shift": 1.0, "log": log, "fail_seed": fail_seed},
+        },
+        comparisons=[("low", "high")],
+        **extra,
+    )
 
 
 def calls(tmp_path: Path) -> list[str]:
@@ -111,8 +119,14 @@ def bad_metric_run(config: dict, seed: int) -> dict:
 
 
 def test_runs_without_a_finite_primary_metric_are_failures(tmp_path):
-    exp = Experiment(name="bad", conditions={"a": {}}, seeds=(0, 1), run=bad_metric_run,
-                     metric="score", comparisons=[])
+    exp = Experiment(
+        name="bad",
+        conditions={"a": {}},
+        seeds=(0, 1),
+        run=bad_metric_run,
+        metric="score",
+        comparisons=[],
+    )
     summary = run_experiment(exp, tmp_path, log=lambda _: None)
     assert summary.failed == 2
     errors = [json.loads(run_path(tmp_path / "bad", "a", s).read_text())["error"] for s in (0, 1)]
@@ -121,14 +135,27 @@ def test_runs_without_a_finite_primary_metric_are_failures(tmp_path):
 
 def test_experiment_definitions_are_checked():
     with pytest.raises(ValueError, match="unknown condition"):
-        Experiment(name="x", conditions={"a": {}}, seeds=(0,), run=toy_run, metric="m",
-                   comparisons=[("a", "b")])
+        Experiment(
+            name="x",
+            conditions={"a": {}},
+            seeds=(0,),
+            run=toy_run,
+            metric="m",
+            comparisons=[("a", "b")],
+        )
     with pytest.raises(ValueError, match="distinct"):
-        Experiment(name="x", conditions={"a": {}}, seeds=(0, 0), run=toy_run, metric="m",
-                   comparisons=[])
+        Experiment(
+            name="x", conditions={"a": {}}, seeds=(0, 0), run=toy_run, metric="m", comparisons=[]
+        )
     with pytest.raises(ValueError, match="__seed"):
-        Experiment(name="x", conditions={"a__seed1": {}}, seeds=(0,), run=toy_run, metric="m",
-                   comparisons=[])
+        Experiment(
+            name="x",
+            conditions={"a__seed1": {}},
+            seeds=(0,),
+            run=toy_run,
+            metric="m",
+            comparisons=[],
+        )
 
 
 def test_registry_holds_the_builtin_experiments():
@@ -137,7 +164,10 @@ def test_registry_holds_the_builtin_experiments():
     dd = registry.get("data-diversity")
     assert len(dd.seeds) == 10 and len(dd.conditions) == 6
     assert {(a.split("@")[1], b.split("@")[1]) for a, b in dd.comparisons} == {
-        ("50", "50"), ("100", "100"), ("200", "200")}
+        ("50", "50"),
+        ("100", "100"),
+        ("200", "200"),
+    }
     cur = registry.get("curriculum")
     assert len(cur.seeds) == 10
     assert {"curriculum", "interleaved", "blocked"} <= set(cur.conditions)
@@ -151,10 +181,12 @@ def test_a_user_module_file_registers_an_experiment(tmp_path):
         "from glmflash.experiments.registry import Experiment, register\n"
         "def run(config, seed):\n    return {'m': config['v'] * seed}\n"
         "register(Experiment(name='user-toy', conditions={'a': {'v': 1}, 'b': {'v': 2}},\n"
-        "                    seeds=(1, 2), run=run, metric='m', comparisons=[('a', 'b')]))\n")
+        "                    seeds=(1, 2), run=run, metric='m', comparisons=[('a', 'b')]))\n"
+    )
     registry.load_module(str(module))
-    summary = run_experiment(registry.get("user-toy"), tmp_path / "out", workers=2,
-                             log=lambda _: None)
+    summary = run_experiment(
+        registry.get("user-toy"), tmp_path / "out", workers=2, log=lambda _: None
+    )
     assert summary.executed == 4 and summary.failed == 0
     record = json.loads(run_path(tmp_path / "out" / "user-toy", "b", 2).read_text())
     assert record["metrics"]["m"] == 4
@@ -179,7 +211,8 @@ def test_experiment_command_end_to_end(tmp_path):
         "from glmflash.experiments.registry import Experiment, register\n"
         "def run(config, seed):\n    return {'m': config['v'] + seed % 2}\n"
         "register(Experiment(name='cli-toy', conditions={'a': {'v': 0}, 'b': {'v': 1}},\n"
-        "                    seeds=(0, 1, 2), run=run, metric='m', comparisons=[('a', 'b')]))\n")
+        "                    seeds=(0, 1, 2), run=run, metric='m', comparisons=[('a', 'b')]))\n"
+    )
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     out = tmp_path / "out"

@@ -21,8 +21,19 @@ def test_quick_run_scores_both_arms_per_rung(tmp_path):
     torch.manual_seed(0)
     save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
     out = tmp_path / "exp"
-    code = cli.main(["experiment", "sft-vs-rl", "--out", str(out), "--quick", "--seeds", "1",
-                     "--set", f"init={tmp_path / 'ck'}"])
+    code = cli.main(
+        [
+            "experiment",
+            "sft-vs-rl",
+            "--out",
+            str(out),
+            "--quick",
+            "--seeds",
+            "1",
+            "--set",
+            f"init={tmp_path / 'ck'}",
+        ]
+    )
     assert code == 0
     runs = sorted((out / "sft-vs-rl" / "runs").glob("*.json"))
     assert len(runs) == 2
@@ -47,26 +58,47 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
 
     def train(init, out, cfg, **kw):  # two steps' health figures, one without a KL
         trained.append((init, cfg))
-        rows = [{"step": 4, "entropy": 1.0, "kl": None, "no_spread_share": 0.5},
-                {"step": 8, "entropy": 2.0, "kl": 0.25, "no_spread_share": 1.0}]
+        rows = [
+            {"step": 4, "entropy": 1.0, "kl": None, "no_spread_share": 0.5},
+            {"step": 8, "entropy": 2.0, "kl": 0.25, "no_spread_share": 1.0},
+        ]
         (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
     monkeypatch.setattr(sft_vs_rl, "train_rl", train)
     monkeypatch.setattr(sft_vs_rl, "checkpoint_dirs", lambda out: ["step_1", "step_2"])
     monkeypatch.setattr(sft_vs_rl.ckpt, "load_model", lambda path: (f"model@{path}", None))
-    counts = {"rl_only": (1, 4), "unseen_depth2": (2, 4), "unseen_depth3": (1, 4),
-              "seed_neutral_names": (3, 4)}
+    counts = {
+        "rl_only": (1, 4),
+        "unseen_depth2": (2, 4),
+        "unseen_depth3": (1, 4),
+        "seed_neutral_names": (3, 4),
+    }
 
     def evaluate(model, rungs, split, per_rung, seed):
         assert (model, tuple(rungs), split, per_rung, seed) == (
-            "model@step_2", sft_vs_rl.RUNGS, "dev", 4, sft_vs_rl.EVAL_SEED)
+            "model@step_2",
+            sft_vs_rl.RUNGS,
+            "dev",
+            4,
+            sft_vs_rl.EVAL_SEED,
+        )
         return {"greedy": SimpleNamespace(per_family=counts)}
+
     monkeypatch.setattr(sft_vs_rl, "evaluate_rungs", evaluate)
     config = {**registry.get("sft-vs-rl").conditions["rl"], "init": "CK", "per_rung": 4}
     metrics = sft_vs_rl.run(config, seed=3)
     assert [(init, cfg.objective, cfg.seed, cfg.ladder_share) for init, cfg in trained] == [
-        ("CK", "rloo", 3, 1.0)]
-    assert {k: metrics[k] for k in counts} == {"rl_only": 0.25, "unseen_depth2": 0.5,
-                                               "unseen_depth3": 0.25, "seed_neutral_names": 0.75}
+        ("CK", "rloo", 3, 1.0)
+    ]
+    assert {k: metrics[k] for k in counts} == {
+        "rl_only": 0.25,
+        "unseen_depth2": 0.5,
+        "unseen_depth3": 0.25,
+        "seed_neutral_names": 0.75,
+    }
     assert metrics["unseen"] == 0.375
-    assert {k: metrics[k] for k in sft_vs_rl.HEALTH} == {"entropy": 1.5, "kl": 0.25,
-                                                         "no_spread_share": 0.75}
+    assert {k: metrics[k] for k in sft_vs_rl.HEALTH} == {
+        "entropy": 1.5,
+        "kl": 0.25,
+        "no_spread_share": 0.75,
+    }

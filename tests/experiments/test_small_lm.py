@@ -9,8 +9,14 @@ from glmflash.data import compositions as comp
 from glmflash.experiments import small_lm as s
 
 # A very small, short run: the same code path as the experiments, a fraction of the cost.
-TINY = {"steps": 6, "batch_size": 2, "seq_len": 64, "eval_every": 3, "eval_per_structure": 1,
-        "model": {"n_layers": 2, "expert_hidden": 16, "context": 128}}
+TINY = {
+    "steps": 6,
+    "batch_size": 2,
+    "seq_len": 64,
+    "eval_every": 3,
+    "eval_per_structure": 1,
+    "model": {"n_layers": 2, "expert_hidden": 16, "context": 128},
+}
 
 
 def test_the_default_model_has_about_250k_parameters():
@@ -22,8 +28,10 @@ def test_the_default_model_has_about_250k_parameters():
 def test_schedules_draw_from_the_right_structures():
     train = comp.TRAIN_STRUCTURES
     steps = 200
-    rep, div, cur, blk = (s.SmallRun(schedule=k, steps=steps) for k in
-                          ("repeated", "diverse", "curriculum", "blocked"))
+    rep, div, cur, blk = (
+        s.SmallRun(schedule=k, steps=steps)
+        for k in ("repeated", "diverse", "curriculum", "blocked")
+    )
     for step in (0, 57, 199):
         assert s.structures_at(rep, step) == train[:8]
         assert s.structures_at(div, step) == train
@@ -38,8 +46,13 @@ def test_schedules_draw_from_the_right_structures():
 
 def test_blocked_batches_hold_one_structure():
     run = s.SmallRun(schedule="blocked", steps=88, batch_size=8, seq_len=128)
-    phrases = {"add": "add ", "sub": "subtract", "mul": "multiply", "neg": "negative",
-               "abs": "absolute"}
+    phrases = {
+        "add": "add ",
+        "sub": "subtract",
+        "mul": "multiply",
+        "neg": "negative",
+        "abs": "absolute",
+    }
     for step in (0, 5, 87):
         x, _ = s.train_batch(run, 3, step)
         structure = comp.TRAIN_STRUCTURES[step]

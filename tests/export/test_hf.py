@@ -31,20 +31,42 @@ from glmflash.train.checkpoint import save_model
 VARIANTS = {
     "default": {},
     # every other option, and every field off its default in one variant or the other
-    "every_option": dict(linear_kind="delta", sparse_kind="indexer", index_pool=2, mtp=True,
-                         stream_mixer="static", balance="bias", nope_main=True, vocab_size=300,
-                         top_k=3, layer_pattern="LS", rope_theta=500.0, conv_size=3, n_shared=2,
-                         n_streams=2, sinkhorn_iters=10, norm_eps=1e-5, balance_coef=0.02,
-                         bias_rate=1e-2, init_std=0.03),
+    "every_option": dict(
+        linear_kind="delta",
+        sparse_kind="indexer",
+        index_pool=2,
+        mtp=True,
+        stream_mixer="static",
+        balance="bias",
+        nope_main=True,
+        vocab_size=300,
+        top_k=3,
+        layer_pattern="LS",
+        rope_theta=500.0,
+        conv_size=3,
+        n_shared=2,
+        n_streams=2,
+        sinkhorn_iters=10,
+        norm_eps=1e-5,
+        balance_coef=0.02,
+        bias_rate=1e-2,
+        init_std=0.03,
+    ),
 }
 SHAPES = [(1, 1), (2, 7), (3, 40), (1, 64)]
 PROMPTS = ["def f(x):", "# Return x plus one.\ndef increment(x):\n    y", "abc"]
 MAX_NEW = 40
-TEXTS = ["", "def f(x):\n    return x + 1\n", "héllo wörld ✓ 🙂", "a<eos>b<bos><pad></img><sep>",
-         "lone \ud800 surrogate", "\t\r\n\x00\x7f"]
+TEXTS = [
+    "",
+    "def f(x):\n    return x + 1\n",
+    "héllo wörld ✓ 🙂",
+    "a<eos>b<bos><pad></img><sep>",
+    "lone \ud800 surrogate",
+    "\t\r\n\x00\x7f",
+]
 DECODE_IDS = [1, 108, 2, 260, 261, 105, 0, 3, 262, 299, 200]
 
-SCRIPT = r'''
+SCRIPT = r"""
 import importlib.util, json, sys
 sys.path[:0] = json.loads(sys.argv[1])
 found = importlib.util.find_spec("glmflash") is not None
@@ -81,7 +103,7 @@ for name, folder in req["folders"].items():
     out["models"][name] = r
 out["glmflash_modules"] = [m for m in sys.modules if m.split(".")[0] == "glmflash"]
 torch.save(out, sys.argv[4])
-'''
+"""
 
 
 def random_model(seed: int, **overrides) -> GLMFlash:
@@ -108,23 +130,43 @@ def exported(tmp_path_factory):
         ckpt = save_model(tmp / name / "ckpt", model, step=0)
         folders[name] = str(hf.export_hf(ckpt, tmp / name / "hf"))
         gen = torch.Generator().manual_seed(i)
-        inputs[name] = [torch.randint(model.cfg.vocab_size, shape, generator=gen)
-                        for shape in SHAPES]
+        inputs[name] = [
+            torch.randint(model.cfg.vocab_size, shape, generator=gen) for shape in SHAPES
+        ]
         # full recomputation, as HF generation does, so both compute the same floats
         ours[name] = generate(model, PROMPTS, MAX_NEW, temperature=0.0, use_cache=False)
         max_new[name] = [len(c.ids) + 1 for c in ours[name]]  # and the token it stopped on
-    request = dict(folders=folders, prompts=PROMPTS, max_new=max_new, texts=TEXTS,
-                   decode_ids=DECODE_IDS)
+    request = dict(
+        folders=folders, prompts=PROMPTS, max_new=max_new, texts=TEXTS, decode_ids=DECODE_IDS
+    )
     (tmp / "request.json").write_text(json.dumps(request))
     torch.save(inputs, tmp / "inputs.pt")
     (tmp / "check.py").write_text(SCRIPT)
     site = sorted({str(Path(m.__file__).parents[1]) for m in (torch, transformers)})
-    env = {**os.environ, "HF_HOME": str(tmp / "hf_home"), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    proc = subprocess.run([sys.executable, "-I", "-S", str(tmp / "check.py"), json.dumps(site),
-                           str(tmp / "request.json"), str(tmp / "inputs.pt"),
-                           str(tmp / "results.pt")],
-                          cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp / "hf_home"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(tmp / "check.py"),
+            json.dumps(site),
+            str(tmp / "request.json"),
+            str(tmp / "inputs.pt"),
+            str(tmp / "results.pt"),
+        ],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = torch.load(tmp / "results.pt")
     return dict(models=models, folders=folders, inputs=inputs, ours=ours, results=results)
@@ -157,9 +199,11 @@ def test_variants_move_every_field_off_its_default():
 
 def test_renamed_fields_agree_with_the_remote_config():
     tree = ast.parse((hf.REMOTE / "configuration_glmflash.py").read_text())
-    renamed = next(ast.literal_eval(node.value) for node in ast.walk(tree)
-                   if isinstance(node, ast.Assign)
-                   and getattr(node.targets[0], "id", None) == "RENAMED")
+    renamed = next(
+        ast.literal_eval(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RENAMED"
+    )
     assert renamed == hf.HF_NAMES
 
 
@@ -187,8 +231,9 @@ def test_greedy_generate_equals_ours(exported, name):
     """HF greedy tokens begin with ours; where ours stopped at EOS, HF's next token is EOS.
     The prompts go through the HF tokenizer, so its BOS is checked against ours too."""
     r = exported["results"]["models"][name]
-    for prompt, c, ids, theirs in zip(PROMPTS, exported["ours"][name], r["prompt_ids"],
-                                      r["generated"], strict=True):
+    for prompt, c, ids, theirs in zip(
+        PROMPTS, exported["ours"][name], r["prompt_ids"], r["generated"], strict=True
+    ):
         assert ids == tok.encode(prompt, bos=True)
         assert theirs[: len(c.ids)] == c.ids, prompt
         if c.stop == "eos":
@@ -222,9 +267,17 @@ def test_exported_source_is_closed_and_flat(tmp_path, checkpoint):
     lm = (folder / "lm.py").read_text()
     assert "from glmflash" not in lm and "from .attention_sparse import SparseAttention" in lm
     assert {p.name for p in folder.iterdir()} >= {
-        "config.json", "model.safetensors", "generation_config.json", "tokenizer_config.json",
-        "configuration_glmflash.py", "modeling_glmflash.py", "tokenization_glmflash.py",
-        "config.py", "tokenizer.py", "attention_delta.py"}
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer_config.json",
+        "configuration_glmflash.py",
+        "modeling_glmflash.py",
+        "tokenization_glmflash.py",
+        "config.py",
+        "tokenizer.py",
+        "attention_delta.py",
+    }
 
 
 def test_unsupported_import_form_is_refused(tmp_path, monkeypatch):
@@ -238,6 +291,7 @@ def test_unsupported_import_form_is_refused(tmp_path, monkeypatch):
 
 # -- the command's errors --------------------------------------------------------------------
 
+
 @pytest.fixture
 def checkpoint(tmp_path) -> Path:
     torch.manual_seed(0)
@@ -250,8 +304,9 @@ def export(capsys, *args: str) -> tuple[int, str]:
 
 
 def test_missing_checkpoint_is_one_line(tmp_path, capsys):
-    code, err = export(capsys, "--checkpoint", str(tmp_path / "nope"), "--out",
-                       str(tmp_path / "hf"))
+    code, err = export(
+        capsys, "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "hf")
+    )
     assert code == 2
     assert err.count("\n") == 1 and "checkpoint folder not found" in err
     assert not (tmp_path / "hf").exists()
@@ -270,8 +325,7 @@ def test_non_empty_out_needs_force(tmp_path, checkpoint, capsys):
 
 
 def test_out_holding_the_checkpoint_is_refused_even_with_force(tmp_path, checkpoint, capsys):
-    code, err = export(capsys, "--checkpoint", str(checkpoint), "--out", str(tmp_path),
-                       "--force")
+    code, err = export(capsys, "--checkpoint", str(checkpoint), "--out", str(tmp_path), "--force")
     assert code == 2 and "holds the checkpoint" in err
     assert (checkpoint / "model.safetensors").is_file()
 

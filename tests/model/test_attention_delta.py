@@ -118,7 +118,7 @@ def test_token_by_token_decode_equals_full_forward(conv_size):
     y, state = attn(x[:, :5])  # a prefill, then one token at a time
     pieces = [y]
     for t in range(5, x.shape[1]):
-        y, state = attn(x[:, t:t + 1], state, offset=t)
+        y, state = attn(x[:, t : t + 1], state, offset=t)
         pieces.append(y)
     assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-10)
     assert state.conv.shape == (2, conv_size - 1, 3 * 64)
@@ -165,4 +165,4 @@ def test_decay_in_range_and_parameter_budget():
     assert (log_alpha < 0).all() and (log_alpha >= -MAX_LOG_DECAY).all()
     cfg = model_config("25m", linear_kind="delta")
     n = sum(p.numel() for p in DeltaAttention(cfg).parameters())
-    assert n - 4 * cfg.d_model ** 2 == extra_parameters(cfg) == 16160
+    assert n - 4 * cfg.d_model**2 == extra_parameters(cfg) == 16160

@@ -26,8 +26,10 @@ def qkv(B: int, H: int, T: int, D: int, Dv: int, seed: int) -> tuple[torch.Tenso
 
 def random_state(B: int, H: int, D: int, Dv: int, seed: int) -> LinearState:
     g = torch.Generator().manual_seed(seed)
-    return LinearState(torch.randn(B, H, D, Dv, generator=g, dtype=F64),
-                       torch.rand(B, H, D, generator=g, dtype=F64) * 5)
+    return LinearState(
+        torch.randn(B, H, D, Dv, generator=g, dtype=F64),
+        torch.rand(B, H, D, generator=g, dtype=F64) * 5,
+    )
 
 
 def naive_recurrence(q, k, v, S, z):
@@ -72,10 +74,12 @@ def test_chunked_matches_recurrence(T, chunk, initial):
 def test_two_chained_calls_equal_one(split):
     q, k, v = qkv(2, 2, 21, 6, 6, seed=split)
     y, s = elu_linear_attention_chunked(q, k, v, chunk=4)
-    y1, s1 = elu_linear_attention_chunked(q[:, :, :split], k[:, :, :split], v[:, :, :split],
-                                          chunk=4)
-    y2, s2 = elu_linear_attention_chunked(q[:, :, split:], k[:, :, split:], v[:, :, split:], s1,
-                                          chunk=4)
+    y1, s1 = elu_linear_attention_chunked(
+        q[:, :, :split], k[:, :, :split], v[:, :, :split], chunk=4
+    )
+    y2, s2 = elu_linear_attention_chunked(
+        q[:, :, split:], k[:, :, split:], v[:, :, split:], s1, chunk=4
+    )
     torch.testing.assert_close(torch.cat((y1, y2), dim=2), y)
     torch.testing.assert_close(s2.S, s.S)
     torch.testing.assert_close(s2.z, s.z)
@@ -84,8 +88,9 @@ def test_two_chained_calls_equal_one(split):
 @pytest.mark.parametrize("T", [1, 13, 32])
 def test_cumsum_baseline_matches(T):
     q, k, v = qkv(3, 2, T, 8, 8, seed=T)
-    torch.testing.assert_close(cumsum_linear_attention(q, k, v),
-                               elu_linear_attention_chunked(q, k, v, chunk=8)[0])
+    torch.testing.assert_close(
+        cumsum_linear_attention(q, k, v), elu_linear_attention_chunked(q, k, v, chunk=8)[0]
+    )
 
 
 class MaxNumel(TorchDispatchMode):
@@ -123,7 +128,7 @@ def make(nope_main: bool = False, **kw) -> LinearAttention:
 def test_parameters_are_four_square_projections():
     cfg = model_config("tiny")
     layer = LinearAttention(cfg)
-    assert sum(p.numel() for p in layer.parameters()) == 4 * cfg.d_model ** 2
+    assert sum(p.numel() for p in layer.parameters()) == 4 * cfg.d_model**2
 
 
 @pytest.mark.parametrize("nope_main", [False, True])
@@ -158,7 +163,7 @@ def test_module_pieces_chained_equal_whole(pieces):
     y, state = layer(x)
     outs, s, pos = [], None, 0
     for n in pieces:
-        out, s = layer(x[:, pos:pos + n], s, pos)
+        out, s = layer(x[:, pos : pos + n], s, pos)
         outs.append(out)
         pos += n
     torch.testing.assert_close(torch.cat(outs, dim=1), y)

@@ -13,10 +13,12 @@ from glmflash.config import model_config
 from glmflash.model.attention_sparse import SparseAttention, fixed_sparse_mask
 
 F64 = torch.float64
-KINDS = [dict(sparse_kind="fixed"),
-         dict(sparse_kind="indexer", indexer_topk=6),
-         dict(sparse_kind="indexer", indexer_topk=8, index_pool=3),
-         dict(sparse_kind="indexer", indexer_topk=8, index_pool=4, nope_main=True)]
+KINDS = [
+    dict(sparse_kind="fixed"),
+    dict(sparse_kind="indexer", indexer_topk=6),
+    dict(sparse_kind="indexer", indexer_topk=8, index_pool=3),
+    dict(sparse_kind="indexer", indexer_topk=8, index_pool=4, nope_main=True),
+]
 
 
 def make(**kw) -> SparseAttention:
@@ -28,8 +30,10 @@ def inputs(B: int, T: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(B, T, 64, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
 
-@pytest.mark.parametrize("T,L,offset,window,stride", [(9, 9, 0, 3, 4), (1, 30, 29, 8, 8),
-                                                      (5, 12, 7, 4, 3), (20, 20, 0, 64, 5)])
+@pytest.mark.parametrize(
+    "T,L,offset,window,stride",
+    [(9, 9, 0, 3, 4), (1, 30, 29, 8, 8), (5, 12, 7, 4, 3), (20, 20, 0, 64, 5)],
+)
 def test_fixed_mask_matches_definition(T, L, offset, window, stride):
     mask = fixed_sparse_mask(T, L, offset, window, stride)
     start = offset + T - L  # absolute position of the first key
@@ -65,12 +69,16 @@ def dense_reference(layer: SparseAttention, x: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).reshape(B, T, -1) @ layer.o_proj.weight.T
 
 
-@pytest.mark.parametrize("kw,warmup", [(dict(sparse_window=30), False),
-                                       (dict(sparse_window=30, nope_main=True), False),
-                                       (dict(sparse_kind="indexer", indexer_topk=30), False),
-                                       (dict(sparse_kind="indexer", index_pool=4,
-                                             indexer_topk=32), False),
-                                       (dict(sparse_kind="indexer", indexer_topk=2), True)])
+@pytest.mark.parametrize(
+    "kw,warmup",
+    [
+        (dict(sparse_window=30), False),
+        (dict(sparse_window=30, nope_main=True), False),
+        (dict(sparse_kind="indexer", indexer_topk=30), False),
+        (dict(sparse_kind="indexer", index_pool=4, indexer_topk=32), False),
+        (dict(sparse_kind="indexer", indexer_topk=2), True),
+    ],
+)
 def test_full_coverage_equals_dense_causal(kw, warmup):
     layer = make(**kw)
     layer.dense_warmup = warmup
@@ -92,7 +100,7 @@ def test_no_query_sees_the_future(kw):
     y = layer(x)[0]
     for t in (0, 7, 12, 23):
         (grad,) = torch.autograd.grad(y[:, t].sum(), x, retain_graph=True)
-        assert grad[:, t + 1:].abs().max() == 0
+        assert grad[:, t + 1 :].abs().max() == 0
         assert grad[:, t].abs().max() > 0
     # Perturbing the future leaves the past (and its selection) unchanged.
     x2 = x.detach().clone()
@@ -129,13 +137,13 @@ def brute_force_selection(layer: SparseAttention, x: torch.Tensor):
         for t in range(T):
             row = []
             for g in range(t // P + 1):
-                key = keys[b, g * P: min(g * P + P, t + 1)].mean(0)
+                key = keys[b, g * P : min(g * P + P, t + 1)].mean(0)
                 s = sum(w[b, t, h] * torch.relu(q[b, h, t] @ key) for h in range(ix.heads))
                 scores[b, t, g] = s.item()
                 rank = math.inf if g == t // P else float(s)
                 row.append((rank, g))
             for _, g in sorted(row, reverse=True)[:n_groups]:  # ties: the later group first
-                masks[b, t, g * P: min(g * P + P, t + 1)] = True
+                masks[b, t, g * P : min(g * P + P, t + 1)] = True
     return masks, scores
 
 
@@ -160,7 +168,7 @@ def test_cached_decode_equals_full_forward(kw, pieces):
     y, cache = layer(x)
     outs, state, pos = [], None, 0
     for n in pieces:
-        out, state = layer(x[:, pos:pos + n], state, pos)
+        out, state = layer(x[:, pos : pos + n], state, pos)
         outs.append(out)
         pos += n
     torch.testing.assert_close(torch.cat(outs, dim=1), y)
@@ -175,7 +183,7 @@ def test_decode_runs_past_the_context():
     y, _ = layer(x)
     state, outs = None, []
     for t in range(T):
-        out, state = layer(x[:, t:t + 1], state, t)
+        out, state = layer(x[:, t : t + 1], state, t)
         outs.append(out)
     torch.testing.assert_close(torch.cat(outs, dim=1), y)
 
@@ -209,7 +217,7 @@ def test_indexer_kl_value_and_gradient_path(pool, warmup):
                 logits = torch.einsum("hd,hsd->hs", q[b, :, t], k[b, :, : t + 1]) / math.sqrt(D)
                 att = torch.softmax(logits, -1).mean(0)
                 groups = range(t // pool + 1)
-                target = [float(att[g * pool: g * pool + pool].sum()) for g in groups]
+                target = [float(att[g * pool : g * pool + pool].sum()) for g in groups]
                 logits = torch.tensor([ref_scores[b, t, g] for g in groups], dtype=F64)
                 total += rel_entr(target, torch.softmax(logits, 0).numpy()).sum()
     assert kl.item() == pytest.approx(total / (B * T), rel=1e-6)
@@ -218,7 +226,7 @@ def test_indexer_kl_value_and_gradient_path(pool, warmup):
     indexer = list(layer.indexer.parameters())
     grads = torch.autograd.grad(kl, [x, *main, *indexer], allow_unused=True)
     assert all(g is None for g in grads[: 1 + len(main)])  # detached input, detached target
-    assert all(g is not None and g.abs().sum() > 0 for g in grads[1 + len(main):])
+    assert all(g is not None and g.abs().sum() > 0 for g in grads[1 + len(main) :])
 
 
 def test_kl_is_none_unless_collected():

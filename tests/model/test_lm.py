@@ -57,7 +57,7 @@ def test_step_equals_full_recomputation(name):
     logits, state = model.step(tokens[:, :11])  # prefill, then one token at a time
     pieces = [logits]
     for t in range(11, tokens.shape[1]):
-        logits, state = model.step(tokens[:, t:t + 1], state)
+        logits, state = model.step(tokens[:, t : t + 1], state)
         pieces.append(logits)
     assert state.position == tokens.shape[1]
     assert torch.allclose(torch.cat(pieces, 1), full, atol=1e-9), name
@@ -113,12 +113,26 @@ def test_25m_parameter_table_exactly():
     4 streams with one mHC connection per sublayer."""
     C, V, L, E, H, S = 192, 263, 12, 8, 384, 4
     per_connection = S * C * (2 * S + S * S) + 3 + 2 * S + S * S  # proj, alphas, biases
-    derived = {"embedding": V * C, "attention": L * 4 * C * C, "router": L * C * E,
-               "routed_experts": L * E * 3 * C * H, "shared_experts": L * 3 * C * H,
-               "streams": 2 * L * per_connection, "norms": (2 * L + 1) * C, "mtp": 0}
-    table = {"embedding": 50_496, "attention": 1_769_472, "router": 18_432,
-             "routed_experts": 21_233_664, "shared_experts": 2_654_208, "streams": 443_016,
-             "norms": 4_800, "mtp": 0}
+    derived = {
+        "embedding": V * C,
+        "attention": L * 4 * C * C,
+        "router": L * C * E,
+        "routed_experts": L * E * 3 * C * H,
+        "shared_experts": L * 3 * C * H,
+        "streams": 2 * L * per_connection,
+        "norms": (2 * L + 1) * C,
+        "mtp": 0,
+    }
+    table = {
+        "embedding": 50_496,
+        "attention": 1_769_472,
+        "router": 18_432,
+        "routed_experts": 21_233_664,
+        "shared_experts": 2_654_208,
+        "streams": 443_016,
+        "norms": 4_800,
+        "mtp": 0,
+    }
     assert derived == table
     counts = parameter_counts(model_config("25m"))
     assert counts["total"] == {**table, "all": 26_174_088}
@@ -142,8 +156,10 @@ def test_aux_loss_sums_every_layers_balance_loss(name):
     layer's MoE input (+ the MTP loss when on); no single layer's loss equals the sum."""
     model = perturbed(tiny(balance_coef=0.5, **VARIANTS[name])).train()
     inputs = []
-    hooks = [moe.register_forward_hook(lambda m, args, out: inputs.append(args[0]))
-             for moe in model.moe_layers()]
+    hooks = [
+        moe.register_forward_hook(lambda m, args, out: inputs.append(args[0]))
+        for moe in model.moe_layers()
+    ]
     tokens = torch.randint(4, 260, (2, 24))
     out = model(tokens[:, :-1], tokens[:, 1:])
     for h in hooks:
@@ -167,8 +183,11 @@ def test_mtp_loss_in_eval_mode_too():
     train = model.train()(tokens[:, :-1], tokens[:, 1:])
     evaluated = model.eval()(tokens[:, :-1], tokens[:, 1:])
     assert train.extra["mtp_loss"] > 0 and "hidden" not in evaluated.extra
-    for a, b in ((train.loss, evaluated.loss), (train.aux_loss, evaluated.aux_loss),
-                 (train.extra["mtp_loss"], evaluated.extra["mtp_loss"])):
+    for a, b in (
+        (train.loss, evaluated.loss),
+        (train.aux_loss, evaluated.aux_loss),
+        (train.extra["mtp_loss"], evaluated.extra["mtp_loss"]),
+    ):
         assert torch.equal(a, b)
 
 
@@ -192,8 +211,10 @@ def _init_by_attribute_names(model: GLMFlash) -> None:
                 torch.nn.init.normal_(w.weight, std=s)
 
 
-@pytest.mark.parametrize("options", [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"},
-                                     {"mtp": True, "n_shared": 0}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"}, {"mtp": True, "n_shared": 0}],
+)
 def test_each_module_initialises_itself_as_before(options, monkeypatch):
     """Bit for bit the weights of the by-name procedure, from the same seed."""
     cfg = model_config("tiny", **options)
@@ -202,12 +223,14 @@ def test_each_module_initialises_itself_as_before(options, monkeypatch):
     monkeypatch.setattr(GLMFlash, "_init_weights", _init_by_attribute_names)
     torch.manual_seed(3)
     reference = GLMFlash(cfg)
-    for (name, a), (_, b) in zip(ours.state_dict().items(), reference.state_dict().items(),
-                                 strict=True):
+    for (name, a), (_, b) in zip(
+        ours.state_dict().items(), reference.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), name
     out_std = cfg.init_std / (2 * cfg.n_layers) ** 0.5  # writers small, readers large
-    assert float(ours.layers[0].attn.o_proj.weight.detach().std()) == pytest.approx(out_std,
-                                                                          rel=0.2)
+    assert float(ours.layers[0].attn.o_proj.weight.detach().std()) == pytest.approx(
+        out_std, rel=0.2
+    )
     assert float(ours.layers[0].moe.w1.detach().std()) == pytest.approx(cfg.init_std, rel=0.2)
 
 

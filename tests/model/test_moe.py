@@ -25,7 +25,7 @@ def per_token_reference(moe: MoE, x: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(x.reshape(-1, x.shape[-1]))
     for n, v in enumerate(x.reshape(-1, x.shape[-1])):
         p = torch.softmax(W @ v, 0)
-        chosen = sorted(range(moe.n_experts), key=lambda e: -(p[e] + b[e]).item())[:moe.top_k]
+        chosen = sorted(range(moe.n_experts), key=lambda e: -(p[e] + b[e]).item())[: moe.top_k]
         total = sum(p[e] for e in chosen)
         for e in chosen:
             hid = F.silu(v @ moe.w1[e]) * (v @ moe.w3[e])
@@ -53,8 +53,13 @@ def test_several_shared_experts_are_summed():
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     H = moe.w1.shape[-1]
     sw = moe.shared
-    halves = sum(F.linear(F.silu(F.linear(x, sw.w1.weight[i:i + H])) * F.linear(
-        x, sw.w3.weight[i:i + H]), sw.w2.weight[:, i:i + H]) for i in (0, H))
+    halves = sum(
+        F.linear(
+            F.silu(F.linear(x, sw.w1.weight[i : i + H])) * F.linear(x, sw.w3.weight[i : i + H]),
+            sw.w2.weight[:, i : i + H],
+        )
+        for i in (0, H)
+    )
     assert torch.allclose(moe.shared(x), halves, atol=1e-12)
     assert torch.allclose(moe(x)[0], per_token_reference(moe, x), atol=1e-12)
 

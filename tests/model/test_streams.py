@@ -41,8 +41,8 @@ def mhc_reference(hc: HyperConnection, h: torch.Tensor, f) -> torch.Tensor:
             z = v / torch.sqrt(v.pow(2).mean() + hc.eps)
             a = W @ z
             pre = torch.sigmoid(hc.alpha_pre * a[:S] + hc.bias_pre)
-            post = 2 * torch.sigmoid(hc.alpha_post * a[S:2 * S] + hc.bias_post)
-            M = torch.exp(hc.alpha_res * a[2 * S:].view(S, S) + hc.bias_res)
+            post = 2 * torch.sigmoid(hc.alpha_post * a[S : 2 * S] + hc.bias_post)
+            M = torch.exp(hc.alpha_res * a[2 * S :].view(S, S) + hc.bias_res)
             for _ in range(hc.sinkhorn_iters):
                 M = M / M.sum(1, keepdim=True)
                 M = M / M.sum(0, keepdim=True)
@@ -208,8 +208,10 @@ def test_static_mixer_formula():
     x, ctx = mixer.read(h)
     w = torch.softmax(mixer.pre, 0)
     assert torch.allclose(x, torch.einsum("s,btsc->btc", w, h))
-    expect = torch.stack([sum(mixer.mix[s, t] * h[:, :, t] for t in range(3))
-                          + mixer.post[s] * y for s in range(3)], 2)
+    expect = torch.stack(
+        [sum(mixer.mix[s, t] * h[:, :, t] for t in range(3)) + mixer.post[s] * y for s in range(3)],
+        2,
+    )
     assert torch.allclose(mixer.write(h, y, ctx), expect)
 
 

@@ -43,8 +43,15 @@ def test_patchify_against_pixel_loop():
     patches = patchify(images)
     assert patches.shape == (2, 8, 8, 48)
     for i, j in [(0, 0), (3, 5), (7, 7), (6, 1)]:
-        ref = torch.stack([images[:, c, 4 * i + r, 4 * j + s]
-                           for c in range(3) for r in range(4) for s in range(4)], -1)
+        ref = torch.stack(
+            [
+                images[:, c, 4 * i + r, 4 * j + s]
+                for c in range(3)
+                for r in range(4)
+                for s in range(4)
+            ],
+            -1,
+        )
         assert torch.equal(patches[:, i, j], ref)
 
 
@@ -70,8 +77,9 @@ def test_standardize():
     images = torch.rand(4, 3, 32, 32, dtype=torch.float64)
     x = standardize(images)
     torch.testing.assert_close(x.mean((-2, -1)), torch.zeros(4, 3, dtype=torch.float64))
-    torch.testing.assert_close(x.pow(2).mean((1, 2, 3)), torch.ones(4, dtype=torch.float64),
-                               atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        x.pow(2).mean((1, 2, 3)), torch.ones(4, dtype=torch.float64), atol=1e-4, rtol=0
+    )
     # sparse ink (a fifth of the pixels): colours, intensity and polarity drop out
     # (exactly without the eps that guards blank images)
     g = torch.Generator().manual_seed(0)
@@ -119,8 +127,11 @@ def test_embed_places_tower_tokens_between_image_markers(kind):
     assert torch.equal(x[:, 2:18], image_tokens)
     assert torch.equal(x[:, 18:], text[18:].expand(3, -1, -1))
     out = model(images)
-    ref = model.lm.forward_embeddings(torch.cat([text[None, :2].expand(3, -1, -1), image_tokens,
-                                                 text[None, 18:].expand(3, -1, -1)], 1))
+    ref = model.lm.forward_embeddings(
+        torch.cat(
+            [text[None, :2].expand(3, -1, -1), image_tokens, text[None, 18:].expand(3, -1, -1)], 1
+        )
+    )
     torch.testing.assert_close(out.logits, ref.logits)
 
 
@@ -149,8 +160,9 @@ def test_gradients_reach_every_vision_parameter(kind):
     model.lm.requires_grad_(False)
     images = torch.rand(4, 3, 32, 32, dtype=torch.float64)
     labels = torch.tensor([0, 3, 7, 9])
-    loss = torch.nn.functional.cross_entropy(model.answer_logits(images),
-                                             model.answer_targets(labels))
+    loss = torch.nn.functional.cross_entropy(
+        model.answer_logits(images), model.answer_targets(labels)
+    )
     loss.backward()
     for name, p in model.tower.named_parameters():
         assert p.grad is not None and p.grad.abs().max() > 0, name

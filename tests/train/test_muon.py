@@ -7,8 +7,9 @@ from glmflash.train.muon import newton_schulz
 
 def test_newton_schulz_approximates_the_polar_factor():
     torch.manual_seed(0)
-    for shape, dtype in itertools.product([(16, 16), (8, 24), (24, 8), (3, 12, 20)],
-                                          [torch.float32, torch.bfloat16]):
+    for shape, dtype in itertools.product(
+        [(16, 16), (8, 24), (24, 8), (3, 12, 20)], [torch.float32, torch.bfloat16]
+    ):
         g = torch.randn(shape, dtype=torch.float64)
         u, _, vh = torch.linalg.svd(g, full_matrices=False)
         x = newton_schulz(g, steps=10, dtype=dtype)

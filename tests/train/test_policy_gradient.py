@@ -34,8 +34,16 @@ def test_advantages_against_a_loop_and_zero_without_spread(kind):
         for row in r.tolist():
             mean = sum(row) / G
             std = math.sqrt(sum((x - mean) ** 2 for x in row) / (G - 1))
-            rows.append([{"rloo": x - (sum(row) - x) / (G - 1), "grpo": (x - mean) / (std + 1e-6),
-                          "dr_grpo": x - mean}[kind] for x in row])
+            rows.append(
+                [
+                    {
+                        "rloo": x - (sum(row) - x) / (G - 1),
+                        "grpo": (x - mean) / (std + 1e-6),
+                        "dr_grpo": x - mean,
+                    }[kind]
+                    for x in row
+                ]
+            )
         expected = torch.tensor(rows, dtype=torch.float64)
         expected[0] = 0.0
         got = advantages(r, kind)
@@ -47,8 +55,7 @@ def test_aggregations_by_hand():
     terms = torch.tensor([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0]])
     mask = torch.tensor([[True, True, False], [True, False, False]])
     torch.testing.assert_close(aggregate(terms, mask, "sequence", 10), torch.tensor([3.0, 4.0]))
-    torch.testing.assert_close(aggregate(terms, mask, "token_mean", 10),
-                               torch.tensor([1.5, 4.0]))
+    torch.testing.assert_close(aggregate(terms, mask, "token_mean", 10), torch.tensor([1.5, 4.0]))
     torch.testing.assert_close(aggregate(terms, mask, "constant", 10), torch.tensor([0.3, 0.4]))
     with pytest.raises(ValueError, match="aggregation"):
         aggregate(terms, mask, "mean", 10)
@@ -108,9 +115,11 @@ def test_k3_kl_is_zero_at_the_reference_and_positive_elsewhere():
 def test_algorithms_are_valid_configs():
     for fields in ALGORITHMS.values():
         RLConfig(**fields)  # each named algorithm is a settable combination
-    assert ALGORITHMS["rloo"] == {"advantage": RLConfig().advantage,
-                                  "aggregation": RLConfig().aggregation,
-                                  "update_epochs": RLConfig().update_epochs}  # the default
+    assert ALGORITHMS["rloo"] == {
+        "advantage": RLConfig().advantage,
+        "aggregation": RLConfig().aggregation,
+        "update_epochs": RLConfig().update_epochs,
+    }  # the default
     with pytest.raises(ValueError, match="advantage"):
         RLConfig(advantage="ppo")
     with pytest.raises(ValueError, match="update epochs"):

@@ -22,8 +22,18 @@ from glmflash.train.pretrain import pretrain, training_stream
 from glmflash.train.runlog import TrainError
 from glmflash.train.schedule import lr_at
 
-FAST = dict(preset="tiny", steps=4, batch_size=4, seq_len=32, warmup=1, eval_every=2,
-            eval_batches=1, eval_tasks=0, ckpt_every=2, precision="fp32")
+FAST = dict(
+    preset="tiny",
+    steps=4,
+    batch_size=4,
+    seq_len=32,
+    warmup=1,
+    eval_every=2,
+    eval_batches=1,
+    eval_tasks=0,
+    ckpt_every=2,
+    precision="fp32",
+)
 
 
 def weights(run_dir) -> dict[str, torch.Tensor]:
@@ -65,8 +75,9 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     # interrupt b after its step-2 checkpoint: drop what came later, then resume
     shutil.rmtree(checkpoint_dirs(tmp_path / "b")[-1])
     pretrain(cfg, tmp_path / "b", device="cpu", resume=True)
-    starts = [m["start_step"] for m in json.loads((tmp_path / "b" / "run.json").read_text())
-              ["machines"]]
+    starts = [
+        m["start_step"] for m in json.loads((tmp_path / "b" / "run.json").read_text())["machines"]
+    ]
     assert starts == [0, 2]  # each part of a resumed run names its machine
     wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -104,18 +115,56 @@ def test_corrupt_checkpoint_on_resume(tmp_path, capsys):
 def test_two_processes_equal_one(tmp_path):
     """torchrun with 2 CPU ranks == one process on the same global batch (float tolerance).
     The balance loss is off: it is a per-rank statistic, as in any data-parallel MoE."""
-    args = ["--preset", "tiny", "--steps", "3", "--batch-size", "4", "--seq-len", "32",
-            "--eval-tasks", "0", "--precision", "fp32", "--eval-every", "3",
-            "--model-option", "balance_coef=0", "--device", "cpu"]
+    args = [
+        "--preset",
+        "tiny",
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "32",
+        "--eval-tasks",
+        "0",
+        "--precision",
+        "fp32",
+        "--eval-every",
+        "3",
+        "--model-option",
+        "balance_coef=0",
+        "--device",
+        "cpu",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    single = subprocess.run([sys.executable, "-m", "glmflash", "pretrain", "--out",
-                             str(tmp_path / "one"), *args], env=env, capture_output=True,
-                            text=True, timeout=300)
+    single = subprocess.run(
+        [sys.executable, "-m", "glmflash", "pretrain", "--out", str(tmp_path / "one"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert single.returncode == 0, single.stderr
-    multi = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                            "2", "--master-port", "29517", "-m", "glmflash", "pretrain", "--out",
-                            str(tmp_path / "two"), *args], env=env, capture_output=True,
-                           text=True, timeout=300)
+    multi = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "29517",
+            "-m",
+            "glmflash",
+            "pretrain",
+            "--out",
+            str(tmp_path / "two"),
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert multi.returncode == 0, multi.stderr[-3000:]
     w1, w2 = weights(tmp_path / "one"), weights(tmp_path / "two")
     for k in w1:
@@ -147,8 +196,9 @@ def test_balance_loss_is_in_the_training_loss(tmp_path):
     routers = [k for k in runs[0.0] if k.endswith("moe.router.weight")]
     assert len(routers) == 4
     assert all(not torch.equal(runs[0.0][k], runs[1.0][k]) for k in routers)
-    assert [json.loads(line)["aux"] for line in (tmp_path / "0.0" / "metrics.jsonl").open()] \
-        == [0.0]
+    assert [json.loads(line)["aux"] for line in (tmp_path / "0.0" / "metrics.jsonl").open()] == [
+        0.0
+    ]
 
 
 def test_bias_balancing_is_updated_by_each_step(tmp_path):

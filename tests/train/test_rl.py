@@ -45,16 +45,22 @@ def test_advantages_by_hand():
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
     a = advantages(r)
     # A_0 = 1 - (0 + 0 + 1) / 3 = 2/3 ; A_1 = 0 - (1 + 0 + 1) / 3 = -2/3
-    assert torch.allclose(a[0], torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3],
-                                             dtype=torch.float64))
+    assert torch.allclose(a[0], torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3], dtype=torch.float64))
     assert torch.equal(a[1], torch.zeros(4, dtype=torch.float64))
     for G in (2, 3, 7):
         r = torch.randn(5, G, dtype=torch.float64)
-        loop = torch.stack([torch.stack([r[b, i] - torch.cat((r[b, :i], r[b, i + 1:])).mean()
-                                         for i in range(G)]) for b in range(5)])
+        loop = torch.stack(
+            [
+                torch.stack(
+                    [r[b, i] - torch.cat((r[b, :i], r[b, i + 1 :])).mean() for i in range(G)]
+                )
+                for b in range(5)
+            ]
+        )
         assert torch.allclose(advantages(r), loop)
-        assert torch.allclose(advantages(r, normalize_std=True),
-                              loop / (r.std(-1, keepdim=True) + 1e-6))
+        assert torch.allclose(
+            advantages(r, normalize_std=True), loop / (r.std(-1, keepdim=True) + 1e-6)
+        )
 
 
 def test_policy_loss_by_hand():
@@ -75,7 +81,7 @@ def test_sequence_logprobs_match_one_at_a_time():
     logp, mask, _, _ = sequence_logprobs(model, prompts, comps)
     for i, (p, c) in enumerate(zip(prompts, comps, strict=True)):
         ids = torch.tensor([[tok.BOS, *p, *c]])
-        ref = torch.log_softmax(model(ids[:, :-1]).logits, -1)[0, len(p):]
+        ref = torch.log_softmax(model(ids[:, :-1]).logits, -1)[0, len(p) :]
         expected = ref.gather(-1, torch.tensor(c)[:, None]).squeeze(-1)
         assert torch.allclose(logp[i][mask[i]], expected, atol=1e-10)
         assert int(mask[i].sum()) == len(c)
@@ -90,11 +96,13 @@ def test_equal_rewards_give_zero_gradient():
     params = [p for p in model.parameters()]
     before = [p.detach().clone() for p in params]
     opt = torch.optim.AdamW(params, lr=1.0)
-    loss = policy_update(model, None, opt, params, [c.prompt_ids for c in comps], comps, adv,
-                         RLConfig())["loss"]
+    loss = policy_update(
+        model, None, opt, params, [c.prompt_ids for c in comps], comps, adv, RLConfig()
+    )["loss"]
     assert loss == 0.0 and all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
-    logp, mask, _, _ = sequence_logprobs(model, [c.prompt_ids for c in comps],
-                                         [c.ids or [tok.EOS] for c in comps])
+    logp, mask, _, _ = sequence_logprobs(
+        model, [c.prompt_ids for c in comps], [c.ids or [tok.EOS] for c in comps]
+    )
     policy_surrogate(logp, mask, adv.float()).loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in params)
 
@@ -114,15 +122,17 @@ def test_ptx_adds_the_pretraining_loss():
     with torch.no_grad():
         ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
         logp, mask, _, _ = sequence_logprobs(model, prompts, ids)
-        expected = float(policy_surrogate(logp, mask, adv.float()).loss
-                         + 0.5 * model(x, y).loss)
+        expected = float(policy_surrogate(logp, mask, adv.float()).loss + 0.5 * model(x, y).loss)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
-    assert policy_update(model, None, opt, params, prompts, comps, adv, cfg, (x, y))["loss"] \
-        == pytest.approx(expected, rel=1e-5)
+    assert policy_update(model, None, opt, params, prompts, comps, adv, cfg, (x, y))[
+        "loss"
+    ] == pytest.approx(expected, rel=1e-5)
     before = [p.detach().clone() for p in params]
-    assert policy_update(model, None, opt, params, prompts, comps, torch.zeros(4), cfg,
-                         (x, y))["loss"] == 0.0
+    assert (
+        policy_update(model, None, opt, params, prompts, comps, torch.zeros(4), cfg, (x, y))["loss"]
+        == 0.0
+    )
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
 
 
@@ -138,8 +148,7 @@ def test_zero_learning_rate_keeps_the_starting_policy_bit_identical(lr):
     adv = advantages(torch.tensor([[0.0, 1.0, 0.0, 1.0]], dtype=torch.float64)).flatten()
     for step in range(3):
         comps = generate(model, ["def f(a):"] * 4, max_new_tokens=6, temperature=1.0, seed=step)
-        policy_update(model, reference, opt, params, [c.prompt_ids for c in comps], comps, adv,
-                      cfg)
+        policy_update(model, reference, opt, params, [c.prompt_ids for c in comps], comps, adv, cfg)
     same = [torch.equal(a, b) for a, b in zip(before, params, strict=True)]
     moved = [not s for s, p in zip(same, params, strict=True) if p.grad is not None]
     assert all(same) if lr == 0 else sum(moved) > len(moved) // 2
@@ -182,8 +191,16 @@ def test_rloo_moves_reward_on_an_easy_toy_task():
         comps = generate(model, ["abc"] * 8, max_new_tokens=4, temperature=1.0, seed=step)
         r = torch.tensor([[score(c) for c in comps]], dtype=torch.float64)
         rewards.append(float(r.mean()))
-        policy_update(model, None, opt, params, [c.prompt_ids for c in comps], comps,
-                      advantages(r).flatten(), cfg)
+        policy_update(
+            model,
+            None,
+            opt,
+            params,
+            [c.prompt_ids for c in comps],
+            comps,
+            advantages(r).flatten(),
+            cfg,
+        )
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3, rewards
 
 
@@ -191,26 +208,63 @@ def test_bad_input(tmp_path, capsys):
     assert main(["rl", "--init", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "not found" in capsys.readouterr().err
     save_model(tmp_path / "ck", tiny_model())
-    for extra, text in [(["--families", "increment,bogus"], "unknown family"),
-                        (["--group-size", "1"], "group size")]:
-        assert main(["rl", "--init", str(tmp_path / "ck"), "--out", str(tmp_path / "o"),
-                     *extra]) == 2
+    for extra, text in [
+        (["--families", "increment,bogus"], "unknown family"),
+        (["--group-size", "1"], "group size"),
+    ]:
+        assert (
+            main(["rl", "--init", str(tmp_path / "ck"), "--out", str(tmp_path / "o"), *extra]) == 2
+        )
         assert text in capsys.readouterr().err
 
 
 def test_rl_command_end_to_end_and_resume(tmp_path):
     save_model(tmp_path / "ck", tiny_model())
-    args = ["rl", "--init", str(tmp_path / "ck"), "--out", str(tmp_path / "o"), "--groups", "4",
-            "--group-size", "3", "--tasks-per-step", "2", "--eval-every", "2",
-            "--dev-per-family", "1", "--max-new-tokens", "8", "--families", "double,even",
-            "--kl", "0.1", "--ptx", "0.5", "--ptx-batch", "2", "--device", "cpu"]
+    args = [
+        "rl",
+        "--init",
+        str(tmp_path / "ck"),
+        "--out",
+        str(tmp_path / "o"),
+        "--groups",
+        "4",
+        "--group-size",
+        "3",
+        "--tasks-per-step",
+        "2",
+        "--eval-every",
+        "2",
+        "--dev-per-family",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--families",
+        "double,even",
+        "--kl",
+        "0.1",
+        "--ptx",
+        "0.5",
+        "--ptx-batch",
+        "2",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     rows = (tmp_path / "o" / "rollouts.jsonl").read_text().splitlines()
     assert len(rows) == 12 and (tmp_path / "o" / "rl.png").is_file()
     assert (tmp_path / "o" / "best" / "model.safetensors").is_file()
     metrics = (tmp_path / "o" / "metrics.jsonl").read_text()
-    health = {"reward_mean", "reward_std", "no_spread_share", "entropy", "kl", "clip_fraction",
-              "mean_len", "truncation_rate", "grad_norm"}
+    health = {
+        "reward_mean",
+        "reward_std",
+        "no_spread_share",
+        "entropy",
+        "kl",
+        "clip_fraction",
+        "mean_len",
+        "truncation_rate",
+        "grad_norm",
+    }
     assert all(health <= set(json.loads(line)) for line in metrics.splitlines())
     assert main([*args, "--resume"]) == 0  # finished: resumes at the end, changes nothing
     assert (tmp_path / "o" / "metrics.jsonl").read_text() == metrics
@@ -221,18 +275,26 @@ def test_health_metrics_of_a_step(tmp_path, monkeypatch):
     and length; entropy and KL from the scored tokens (KL 0 before the first update)."""
     monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
     from glmflash.train.rl import _rl_step
+
     model = tiny_model(4)
     with torch.no_grad():
         model.embedding.weight.mul_(4)
     set_scope(model, "all")
-    cfg = RLConfig(group_size=4, tasks_per_step=2, max_new_tokens=6, families=("double",),
-                   ladder_share=0.0, lr=1e-2)
+    cfg = RLConfig(
+        group_size=4,
+        tasks_per_step=2,
+        max_new_tokens=6,
+        families=("double",),
+        ladder_share=0.0,
+        lr=1e-2,
+    )
     params = list(model.parameters())
     reference = tiny_model(4)
     reference.load_state_dict(model.state_dict())
     batch = rl_tasks(RLConfig(groups=2, families=("double",), ladder_share=0.0))
-    stats = _rl_step(model, reference, None, rl_optimizer(params, cfg), params, batch, 0, cfg,
-                     tmp_path)
+    stats = _rl_step(
+        model, reference, None, rl_optimizer(params, cfg), params, batch, 0, cfg, tmp_path
+    )
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").open()]
     rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float64)
     assert stats["reward_mean"] == pytest.approx(float(rewards.mean()))
@@ -257,8 +319,9 @@ def test_ppo_epochs_at_rest_have_the_plain_gradient():
     adv = advantages(torch.tensor([[1.0, 0.0, 0.5, 0.0]], dtype=torch.float64)).flatten()
     params = list(model.parameters())
     cfg = RLConfig(aggregation="token_mean", update_epochs=3, grad_clip=1e9)
-    stats = policy_update(model, None, torch.optim.SGD(params, lr=0.0), params, prompts, comps,
-                          adv, cfg)
+    stats = policy_update(
+        model, None, torch.optim.SGD(params, lr=0.0), params, prompts, comps, adv, cfg
+    )
     got = [p.grad.clone() for p in params]
     assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
     model.zero_grad()
@@ -269,17 +332,31 @@ def test_ppo_epochs_at_rest_have_the_plain_gradient():
     for p, g in zip(params, got, strict=True):
         torch.testing.assert_close(g, p.grad, rtol=1e-8, atol=1e-12)
     # a large step moves the ratios out of [0.8, 1.2] within the batch's later epochs
-    moved = policy_update(model, None, torch.optim.SGD(params, lr=1.0), params, prompts, comps,
-                          adv, cfg)
+    moved = policy_update(
+        model, None, torch.optim.SGD(params, lr=1.0), params, prompts, comps, adv, cfg
+    )
     assert moved["clip_fraction"] > 0
 
 
 def test_rl_plot_draws_the_health_panels(tmp_path):
-    rows = [{"step": s, "reward_mean": 0.1 * s, "reward_std": 0.2, "pass_rate": 0.1,
-             "no_spread_share": 0.5, "truncation_rate": 0.0, "clip_fraction": 0.0,
-             "entropy": 1.0, "kl": 0.01 * s, "grad_norm": 1.0, "mean_len": 40.0}
-            for s in (4, 8)] + [{"step": 12, "reward_mean": None, "pass_rate": None,
-                                 "dev_pass1": 0.5}]  # an sft row: no health figures
+    rows = [
+        {
+            "step": s,
+            "reward_mean": 0.1 * s,
+            "reward_std": 0.2,
+            "pass_rate": 0.1,
+            "no_spread_share": 0.5,
+            "truncation_rate": 0.0,
+            "clip_fraction": 0.0,
+            "entropy": 1.0,
+            "kl": 0.01 * s,
+            "grad_norm": 1.0,
+            "mean_len": 40.0,
+        }
+        for s in (4, 8)
+    ] + [
+        {"step": 12, "reward_mean": None, "pass_rate": None, "dev_pass1": 0.5}
+    ]  # an sft row: no health figures
     plot_rl(rows, tmp_path / "rl.png")
     assert (tmp_path / "rl.png").stat().st_size > 10_000
 
@@ -291,13 +368,16 @@ def test_rl_tasks_mix_ladder_and_families_evenly():
     assert len(order) == 12 and sum(from_ladder) == 3
     assert from_ladder.index(True) < 6  # spread through the run, not appended at the end
     assert {t.family for t, lad in zip(order, from_ladder, strict=True) if not lad} == {
-        "double", "even"}
+        "double",
+        "even",
+    }
     assert all(split_of_name(t.name) == "rl" for t in order)
     only = rl_tasks(RLConfig(groups=5, ladder_share=1.0, families=()))
     same = ladder.rl_ladder_tasks("rl", 5, RLConfig().seed)
     assert [t.prompt for t in only] == [t.prompt for t in same]
-    dev = dev_tasks(RLConfig(ladder_share=0.5, dev_per_family=2, dev_ladder=3,
-                             families=("double",)))
+    dev = dev_tasks(
+        RLConfig(ladder_share=0.5, dev_per_family=2, dev_ladder=3, families=("double",))
+    )
     assert len(dev) == 5 and all(split_of_name(t.name) == "dev" for t in dev)
     with pytest.raises(ValueError, match="ladder share"):
         RLConfig(ladder_share=1.5)
@@ -334,17 +414,27 @@ def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N
     completions, y_i the body plus its EOS when it ended there, each computed on its own."""
     model = tiny_model(3).double()
-    prompts = [tok.encode(p) for p in ("def f(x):\n", "def g(a):\n", "# r\ndef hh(y):\n",
-                                       "def k(x):\n", "def m(zz):\n")]
-    made = [("    return x", "eos", 0.75), ("    return 1\n", "complete", 0.0),
-            ("    y = x", "eos", -0.25), ("", "complete", 0.0), ("  z\n", "length", -0.5)]
-    comps = [Completion(p, tok.encode(text), text, stop)
-             for p, (text, stop, _) in zip(prompts, made, strict=True)]
+    prompts = [
+        tok.encode(p)
+        for p in ("def f(x):\n", "def g(a):\n", "# r\ndef hh(y):\n", "def k(x):\n", "def m(zz):\n")
+    ]
+    made = [
+        ("    return x", "eos", 0.75),
+        ("    return 1\n", "complete", 0.0),
+        ("    y = x", "eos", -0.25),
+        ("", "complete", 0.0),
+        ("  z\n", "length", -0.5),
+    ]
+    comps = [
+        Completion(p, tok.encode(text), text, stop)
+        for p, (text, stop, _) in zip(prompts, made, strict=True)
+    ]
     adv = torch.tensor([a for *_, a in made], dtype=torch.float64)
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.0)  # keeps the weights; the gradients stay in .grad
-    loss = policy_update(model, None, opt, params, prompts, comps, adv,
-                         RLConfig(grad_clip=1e9))["loss"]
+    loss = policy_update(model, None, opt, params, prompts, comps, adv, RLConfig(grad_clip=1e9))[
+        "loss"
+    ]
     got = [p.grad.clone() for p in params]
     model.zero_grad()
     expected = 0.0
@@ -362,8 +452,9 @@ def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
 def length_verdicts(sources, tasks):
     """A stand-in verifier with reward spread for a random model: pass iff the program's length
     is a multiple of 3 (the completions differ in how many blank lines they hold)."""
-    return [Verdict("pass" if len(s) % 3 == 0 else "fail", int(len(s) % 3 == 0), 1)
-            for s in sources]
+    return [
+        Verdict("pass" if len(s) % 3 == 0 else "fail", int(len(s) % 3 == 0), 1) for s in sources
+    ]
 
 
 class Killed(Exception):
@@ -381,9 +472,21 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
     with torch.no_grad():  # far from uniform, so completions differ and rewards spread
         model.embedding.weight.mul_(4)
     init = save_model(tmp_path / "ck", model)
-    cfg = RLConfig(families=("double", "even"), groups=4, group_size=3, tasks_per_step=2,
-                   eval_every=2, dev_per_family=2, dev_ladder=4, max_new_tokens=8, kl=0.1,
-                   ptx=0.5, ptx_batch=2, lr=1e-2, scope="all")
+    cfg = RLConfig(
+        families=("double", "even"),
+        groups=4,
+        group_size=3,
+        tasks_per_step=2,
+        eval_every=2,
+        dev_per_family=2,
+        dev_ladder=4,
+        max_new_tokens=8,
+        kl=0.1,
+        ptx=0.5,
+        ptx_batch=2,
+        lr=1e-2,
+        scope="all",
+    )
     calls = []
 
     def dies_in_step_2(*args, **kwargs):
@@ -401,8 +504,10 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
     train_rl(init, tmp_path / "killed", cfg, resume=True, **kw)
 
     def rows(run: str, name: str) -> list[dict]:
-        return [{k: v for k, v in json.loads(line).items() if k != "rollouts_per_s"}
-                for line in (tmp_path / run / name).open()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "rollouts_per_s"}
+            for line in (tmp_path / run / name).open()
+        ]
 
     rollouts = rows("whole", "rollouts.jsonl")
     assert len(rollouts) == 12 and len({r["reward"] for r in rollouts}) == 2
@@ -411,11 +516,15 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
     assert len(metrics) == 2 and all(r["loss"] != 0 for r in metrics)  # both steps update
     assert rows("killed", "metrics.jsonl") == metrics
     for folder in ("checkpoints/step_000004", "best"):
-        a, b = (load_file(str(tmp_path / run / folder / "model.safetensors"))
-                for run in ("whole", "killed"))
+        a, b = (
+            load_file(str(tmp_path / run / folder / "model.safetensors"))
+            for run in ("whole", "killed")
+        )
         assert all(torch.equal(a[k], b[k]) for k in a), folder
-    best = [json.loads((tmp_path / run / "best" / "config.json").read_text())["meta"]
-            for run in ("whole", "killed")]
+    best = [
+        json.loads((tmp_path / run / "best" / "config.json").read_text())["meta"]
+        for run in ("whole", "killed")
+    ]
     assert best[0]["best"] == best[1]["best"]
     assert best[0]["best"]["group"] == 2  # chosen before the kill: the resume must keep it
 
@@ -424,16 +533,21 @@ def test_best_checkpoint_ties_go_to_the_later_one(tmp_path, monkeypatch):
     """Checkpoint selection by dev pass@1: a strictly lower score keeps the best, an equal one
     replaces it (the later checkpoint wins a tie); best/ holds the chosen weights."""
     scores = iter([0.5, 0.25, 0.5, 0.4])
-    monkeypatch.setattr("glmflash.train.rl.evaluate_tasks",
-                        lambda *a, **k: SimpleNamespace(pass_rate=next(scores)))
+    monkeypatch.setattr(
+        "glmflash.train.rl.evaluate_tasks", lambda *a, **k: SimpleNamespace(pass_rate=next(scores))
+    )
     best, chosen = None, {}
     for g in (0, 2, 4, 6):
         model = tiny_model(g)
         chosen[g] = model.embedding.weight.detach().clone()
         best = _evaluate_dev(model, [], RLConfig(), tmp_path, g, best)
         assert best["last"] == [0.5, 0.25, 0.5, 0.4][g // 2]
-        assert (best["group"], best["dev_pass1"]) == {0: (0, 0.5), 2: (0, 0.5), 4: (4, 0.5),
-                                                      6: (4, 0.5)}[g]
+        assert (best["group"], best["dev_pass1"]) == {
+            0: (0, 0.5),
+            2: (0, 0.5),
+            4: (4, 0.5),
+            6: (4, 0.5),
+        }[g]
     saved = load_file(str(tmp_path / "best" / "model.safetensors"))
     assert torch.equal(saved["embedding.weight"], chosen[4])
     assert _best_so_far(tmp_path) == {"group": 4, "dev_pass1": 0.5, "last": 0.5}

@@ -27,14 +27,14 @@ from glmflash.train.vision import (
 )
 from glmflash.train.vision import train_vision as train
 
-SMALL = dict(preset="tiny", steps=2, batch_size=4, align_steps=2, align_batch_size=4,
-             eval_size=10)
+SMALL = dict(preset="tiny", steps=2, batch_size=4, align_steps=2, align_batch_size=4, eval_size=10)
 
 
 def train_vision(out, init=None, plots=False, **settings):
     """A small run on the CPU, quietly; `settings` are VisionConfig fields."""
-    return train(out, VisionConfig(**settings), init=init, device="cpu", progress=False,
-                 plots=plots)
+    return train(
+        out, VisionConfig(**settings), init=init, device="cpu", progress=False, plots=plots
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -86,8 +86,12 @@ def test_training_changes_exactly_the_scope(tmp_path, scope):
         assert lm_changed and all(k.startswith(last) for k in lm_changed)
     if scope == "all":
         assert "embedding.weight" in lm_changed and any("layers.0." in k for k in lm_changed)
-    tower_changed = [not torch.equal(a, b) for a, b in zip(
-        initial.tower.state_dict().values(), trained.tower.state_dict().values(), strict=True)]
+    tower_changed = [
+        not torch.equal(a, b)
+        for a, b in zip(
+            initial.tower.state_dict().values(), trained.tower.state_dict().values(), strict=True
+        )
+    ]
     assert all(tower_changed)
 
 
@@ -97,11 +101,13 @@ def test_scope_lm_trains_the_lm_and_leaves_the_aligned_tower_alone(tmp_path):
     initial = build_model(None, "tiny", "blocks", 0, torch.device("cpu"))
     runs = []
     for steps in (1, 3):
-        train_vision(tmp_path / f"run{steps}", train_scope="lm", lr=1e-2,
-                     **{**SMALL, "steps": steps})
+        train_vision(
+            tmp_path / f"run{steps}", train_scope="lm", lr=1e-2, **{**SMALL, "steps": steps}
+        )
         runs.append(load_vision(tmp_path / f"run{steps}" / "checkpoint"))
-    for a, b in zip(runs[0].tower.state_dict().values(), runs[1].tower.state_dict().values(),
-                    strict=True):
+    for a, b in zip(
+        runs[0].tower.state_dict().values(), runs[1].tower.state_dict().values(), strict=True
+    ):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert not torch.equal(runs[0].tower.merge.weight, initial.tower.merge.weight)
     assert not torch.equal(runs[0].lm.embedding.weight, runs[1].lm.embedding.weight)
@@ -132,20 +138,32 @@ def test_outputs_and_reload(tmp_path):
     torch.manual_seed(1)
     lm_dir = ckpt.save_model(tmp_path / "lm", GLMFlash(model_config("tiny")), step=0)
     out = tmp_path / "run"
-    results = train_vision(out, init=lm_dir, plots=True,
-                           **{**SMALL, "steps": 3, "train_scope": "vision"})
+    results = train_vision(
+        out, init=lm_dir, plots=True, **{**SMALL, "steps": 3, "train_scope": "vision"}
+    )
     assert results["heldout_correct"][1] == 10 and 0 <= results["heldout_correct"][0] <= 10
     assert results["train_correct"][1] == 10
     assert results["trainable_parameters"] == results["tower_parameters"]
-    assert json.loads((out / "results.json").read_text())["heldout_correct"] == \
-        results["heldout_correct"]
+    assert (
+        json.loads((out / "results.json").read_text())["heldout_correct"]
+        == results["heldout_correct"]
+    )
     assert results["far_correct"][1] == 10
     assert results["machine"]["dtypes"] == {"autocast": "none"}
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["stage"], r["step"]) for r in rows] == [("align", 1), ("align", 2),
-                                                       ("full", 1), ("full", 2), ("full", 3)]
-    for name in ("heldout_grid.png", "confusion.png", "checkpoint/vision.safetensors",
-                 "checkpoint/vision.json"):
+    assert [(r["stage"], r["step"]) for r in rows] == [
+        ("align", 1),
+        ("align", 2),
+        ("full", 1),
+        ("full", 2),
+        ("full", 3),
+    ]
+    for name in (
+        "heldout_grid.png",
+        "confusion.png",
+        "checkpoint/vision.safetensors",
+        "checkpoint/vision.json",
+    ):
         assert (out / name).is_file(), name
     assert not (out / "checkpoint" / "model.safetensors").exists()
     assert sum(map(sum, results["heldout_confusion"])) == 10
@@ -185,7 +203,8 @@ def cli_error(argv) -> str:
 def test_command_bad_input(tmp_path):
     out = str(tmp_path / "out")
     assert "checkpoint folder not found" in cli_error(
-        ["--init", str(tmp_path / "nothing"), "--out", out])
+        ["--init", str(tmp_path / "nothing"), "--out", out]
+    )
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
@@ -199,12 +218,12 @@ def test_command_bad_input(tmp_path):
         msg = cli_error(["--from-scratch", "--preset", "tiny", "--out", out, flag, "0"])
         assert flag[2:].replace("-", "_") in msg and "positive" in msg
     assert "lr" in cli_error(["--from-scratch", "--preset", "tiny", "--out", out, "--lr", "0"])
-    assert "align_steps" in cli_error(["--from-scratch", "--preset", "tiny", "--out", out,
-                                       "--align-steps", "-1"])
+    assert "align_steps" in cli_error(
+        ["--from-scratch", "--preset", "tiny", "--out", out, "--align-steps", "-1"]
+    )
     with pytest.raises(SystemExit):  # argparse: not one of the presets
         parse(["--from-scratch", "--preset", "huge", "--out", out])
-    assert "--from-scratch" in cli_error(["--init", str(good), "--preset", "tiny",
-                                          "--out", out])
+    assert "--from-scratch" in cli_error(["--init", str(good), "--preset", "tiny", "--out", out])
     with pytest.raises(SystemExit):  # argparse: --init and --from-scratch exclude each other
         parse(["--init", "x", "--from-scratch", "--out", out])
     assert not (tmp_path / "out").exists()

@@ -74,8 +74,11 @@ HOSTILE = [  # (name, source, allowed verdicts)
     ("bases walk", fn("return ().__class__.__bases__[0].__subclasses__()"), {"invalid"}),
     ("getattr walk", fn("return getattr((), '__class__')"), {"invalid"}),
     ("format walk", fn("return '{0.__class__}'.format(x)"), {"invalid"}),
-    ("rigged equality class", fn("class E(int):", "    def __eq__(s, o):", "        return True",
-                                 "return E(0)"), {"invalid"}),
+    (
+        "rigged equality class",
+        fn("class E(int):", "    def __eq__(s, o):", "        return True", "return E(0)"),
+        {"invalid"},
+    ),
     ("bool for int", fn("return True"), {"fail"}),
     ("float for int", fn("return 2.0 * x"), {"fail"}),
     ("tuple for list", fn("return (2 * x,)"), {"fail"}),
@@ -104,8 +107,10 @@ def test_nan_never_equals_nan(pool):
     check(pool, fn("return float('nan')"), {"fail"}, NAN_TASK)
 
 
-OS = "[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]" \
-     ".__init__.__globals__"  # the os module's globals, reached from ()
+OS = (
+    "[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '_wrap_close'][0]"
+    ".__init__.__globals__"
+)  # the os module's globals, reached from ()
 REAL = OS + "['__builtins__']"  # the real builtins dict
 LOADER = "[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter'][0]"
 
@@ -113,62 +118,128 @@ ESCAPES = [
     ("plain __import__", fn("return __import__('os').getpid()"), {"crash"}),
     ("real __import__", fn(f"return {REAL}['__import__']('socket').socket()"), {"crash"}),
     ("fork", fn(f"{OS}['fork']()", "return 2 * x"), {"crash"}),
-    ("posix fork via loader", fn(f"{LOADER}.load_module('posix').fork()", "return 2 * x"),
-     {"crash"}),
-    ("thread", fn(f"{LOADER}.load_module('_thread').start_new_thread(len, ('a',))",
-                  "return 2 * x"), {"crash"}),
+    (
+        "posix fork via loader",
+        fn(f"{LOADER}.load_module('posix').fork()", "return 2 * x"),
+        {"crash"},
+    ),
+    (
+        "thread",
+        fn(f"{LOADER}.load_module('_thread').start_new_thread(len, ('a',))", "return 2 * x"),
+        {"crash"},
+    ),
     ("system", fn(f"{OS}['system']('touch {DROP}/b')", "return 2 * x"), {"crash"}),
-    ("open for writing", fn(f"{REAL}['open']('{DROP}/c', 'w').write('x')", "return 2 * x"),
-     {"crash"}),
+    (
+        "open for writing",
+        fn(f"{REAL}['open']('{DROP}/c', 'w').write('x')", "return 2 * x"),
+        {"crash"},
+    ),
     ("os.open O_CREAT", fn(f"{OS}['open']('{DROP}/d', 65, 438)", "return 2 * x"), {"crash"}),
     ("proc self mem", fn(f"return {REAL}['open']('/proc/self/mem', 'rb').read(8)"), {"crash"}),
-    ("parent environ", fn(f"g = {OS}", "return g['open']('/proc/%d/environ' % g['getppid'](), 0)"),
-     {"crash"}),
+    (
+        "parent environ",
+        fn(f"g = {OS}", "return g['open']('/proc/%d/environ' % g['getppid'](), 0)"),
+        {"crash"},
+    ),
     ("gc scan", fn(f"return len({LOADER}.load_module('gc').get_objects())"), {"crash"}),
     ("os._exit(0)", fn(f"{OS}['_exit'](0)"), {"crash"}),
     ("sys.exit", fn(f"{OS}['sys'].exit(0)"), {"crash"}),
     ("SystemExit", fn(f"raise {REAL}['SystemExit'](0)"), {"crash"}),
     ("KeyboardInterrupt", fn(f"raise {REAL}['KeyboardInterrupt']()"), {"crash"}),
-    ("BaseException subclass", fn("T = (1).__class__.__class__",
-                                  f"raise T('Out', ({REAL}['BaseException'],), {{}})()"),
-     {"crash"}),
-    ("kill the worker", fn(f"g = {OS}", "g['kill'](g['getppid'](), 9)", "return 2 * x"),
-     {"crash"}),
+    (
+        "BaseException subclass",
+        fn("T = (1).__class__.__class__", f"raise T('Out', ({REAL}['BaseException'],), {{}})()"),
+        {"crash"},
+    ),
+    ("kill the worker", fn(f"g = {OS}", "g['kill'](g['getppid'](), 9)", "return 2 * x"), {"crash"}),
     ("kill everything", fn(f"{OS}['kill'](-1, 9)", "return 2 * x"), {"crash"}),
     ("sleep forever", fn(f"{LOADER}.load_module('time').sleep(100)"), {"crash"}),  # seccomp
-    ("block on a lock forever", fn(f"lock = {LOADER}.load_module('_thread').allocate_lock()",
-                                   "lock.acquire()", "lock.acquire()"), {"timeout"}),
+    (
+        "block on a lock forever",
+        fn(
+            f"lock = {LOADER}.load_module('_thread').allocate_lock()",
+            "lock.acquire()",
+            "lock.acquire()",
+        ),
+        {"timeout"},
+    ),
     ("top-level loop", "while True:\n    pass\n" + CORRECT, {"timeout"}),
     ("top-level import", "import os\n" + CORRECT, {"crash"}),
     ("no such function", "def g(x):\n    return x\n", {"invalid"}),
     ("syntax error", "def f(x) return x\n", {"invalid"}),
-    ("forged wrong result", fn(f"g = {OS}", "g['write'](3, b'[\"ok\", [[\"v\", [\"i\", \"6\"]], "
-                                "[\"v\", [\"i\", \"6\"]]]]')", "g['_exit'](0)"), {"fail"}),
-    ("forged extra results", fn(f"g = {OS}", "g['write'](3, b'[\"ok\", [[\"v\", [\"i\", \"6\"]], "
-                                 "[\"v\", [\"i\", \"a\"]], [\"v\", [\"i\", \"a\"]]]]')",
-                                 "g['_exit'](0)"), {"crash"}),
+    (
+        "forged wrong result",
+        fn(
+            f"g = {OS}",
+            'g[\'write\'](3, b\'["ok", [["v", ["i", "6"]], ["v", ["i", "6"]]]]\')',
+            "g['_exit'](0)",
+        ),
+        {"fail"},
+    ),
+    (
+        "forged extra results",
+        fn(
+            f"g = {OS}",
+            'g[\'write\'](3, b\'["ok", [["v", ["i", "6"]], '
+            '["v", ["i", "a"]], ["v", ["i", "a"]]]]\')',
+            "g['_exit'](0)",
+        ),
+        {"crash"},
+    ),
     ("garbage then return", fn(f"{OS}['write'](3, b'[[[[')", "return 2 * x"), {"crash"}),
     ("close result pipe and exit", fn(f"g = {OS}", "g['close'](3)", "return 2 * x"), {"crash"}),
-    ("close result pipe and hang", fn(f"{OS}['close'](3)", "while True:", "    pass"),
-     {"timeout"}),
-    ("write to every descriptor", fn(f"g = {OS}", "for fd in range(64):",
-                                     "    try:", "        g['write'](fd, b'[1]')",
-                                     f"    except {REAL}['OSError']:", "        pass",
-                                     "return 2 * x"), {"crash"}),
-    ("traceback frame walk", fn("try:", "    1 // 0", f"except {REAL}['Exception'] as e:",
-                                "    return e.__traceback__.tb_frame.f_back.f_locals"),
-     {"crash"}),
+    ("close result pipe and hang", fn(f"{OS}['close'](3)", "while True:", "    pass"), {"timeout"}),
+    (
+        "write to every descriptor",
+        fn(
+            f"g = {OS}",
+            "for fd in range(64):",
+            "    try:",
+            "        g['write'](fd, b'[1]')",
+            f"    except {REAL}['OSError']:",
+            "        pass",
+            "return 2 * x",
+        ),
+        {"crash"},
+    ),
+    (
+        "traceback frame walk",
+        fn(
+            "try:",
+            "    1 // 0",
+            f"except {REAL}['Exception'] as e:",
+            "    return e.__traceback__.tb_frame.f_back.f_locals",
+        ),
+        {"crash"},
+    ),
     ("generator frame", fn("return (y for y in [x]).gi_frame"), {"crash"}),
-    ("rigged equality object", fn("T = (1).__class__.__class__",
-                                  "return T('E', (), {'__eq__': lambda s, o: True})()"), {"fail"}),
-    ("int subclass", fn("T = (1).__class__.__class__", "return T('I', (int,), {})(2 * x)"),
-     {"fail"}),
-    ("str subclass", fn("T = (1).__class__.__class__", "return T('S', (str,), {})('6')"),
-     {"fail"}),
-    ("print flood", fn(f"p = {REAL}['print']", "for i in range(300):", "    p('y' * 10 ** 4)",
-                       "return 2 * x"), {"pass"}),
-    ("write flood", fn(f"g = {OS}", "for i in range(100):", "    g['write'](1, b'x' * 10 ** 5)",
-                       "    g['write'](2, b'x' * 10 ** 5)", "return 2 * x"), {"pass"}),
+    (
+        "rigged equality object",
+        fn("T = (1).__class__.__class__", "return T('E', (), {'__eq__': lambda s, o: True})()"),
+        {"fail"},
+    ),
+    (
+        "int subclass",
+        fn("T = (1).__class__.__class__", "return T('I', (int,), {})(2 * x)"),
+        {"fail"},
+    ),
+    ("str subclass", fn("T = (1).__class__.__class__", "return T('S', (str,), {})('6')"), {"fail"}),
+    (
+        "print flood",
+        fn(f"p = {REAL}['print']", "for i in range(300):", "    p('y' * 10 ** 4)", "return 2 * x"),
+        {"pass"},
+    ),
+    (
+        "write flood",
+        fn(
+            f"g = {OS}",
+            "for i in range(100):",
+            "    g['write'](1, b'x' * 10 ** 5)",
+            "    g['write'](2, b'x' * 10 ** 5)",
+            "return 2 * x",
+        ),
+        {"pass"},
+    ),
 ]
 
 
@@ -198,16 +269,18 @@ def test_the_sandbox_never_sees_expected_outputs(bare_pool):
 
     (Frames are out of reach altogether: reading tb_frame or gi_frame is an audited event.)
     """
-    verdict = check(bare_pool, SCAN_MODULES, {"fail"}, Task("f", (Case((1,), 1),
-                                                                  Case((20,), 7**20))))
+    verdict = check(
+        bare_pool, SCAN_MODULES, {"fail"}, Task("f", (Case((1,), 1), Case((20,), 7**20)))
+    )
     assert verdict.passed == 1
 
 
 def test_requests_carry_arguments_but_no_expected_outputs(monkeypatch):
     sent = []
     original = sandbox._Worker.send
-    monkeypatch.setattr(sandbox._Worker, "send", lambda w, frame: (sent.append(frame),
-                                                                   original(w, frame))[1])
+    monkeypatch.setattr(
+        sandbox._Worker, "send", lambda w, frame: (sent.append(frame), original(w, frame))[1]
+    )
     secret, argument = "hidden-output-4f1c", "visible-argument-9a2e"
     task = Task("f", (Case((argument,), secret), Case((11,), 7**20)))
     with VerifierPool(1, timeout=0.5) as p:
@@ -218,8 +291,9 @@ def test_requests_carry_arguments_but_no_expected_outputs(monkeypatch):
 
 
 def test_the_sandbox_has_an_empty_environment_and_no_privileges(bare_pool):
-    probe = fn(f"g = {OS}",
-               "return [[k for k in g['environ'] if k != 'LC_CTYPE'], g['getuid']() != 0]")
+    probe = fn(
+        f"g = {OS}", "return [[k for k in g['environ'] if k != 'LC_CTYPE'], g['getuid']() != 0]"
+    )
     check(bare_pool, probe, {"pass"}, Task("f", (Case((0,), [[], True]),)))
 
 
@@ -229,8 +303,10 @@ SYSCALLS = [  # calls no audit hook sees: only the seccomp allow-list stops them
     ("stat a protected file", fn(f"{OS}['stat']('/etc/shadow')", "return 2 * x")),
     ("new process group", fn(f"{OS}['setpgid'](0, 0)", "return 2 * x")),
     ("pin to a CPU", fn(f"{OS}['sched_setaffinity'](0, {{0}})", "return 2 * x")),
-    ("change priority", fn(f"g = {OS}", "g['setpriority'](g['PRIO_PROCESS'], 0, 5)",
-                           "return 2 * x")),
+    (
+        "change priority",
+        fn(f"g = {OS}", "g['setpriority'](g['PRIO_PROCESS'], 0, 5)", "return 2 * x"),
+    ),
     ("pidfd of the parent", fn(f"g = {OS}", "g['pidfd_open'](g['getppid']())", "return 2 * x")),
 ]
 

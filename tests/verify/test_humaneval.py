@@ -26,14 +26,17 @@ def pool():
         yield p
 
 
-@pytest.mark.parametrize("body, status, passed, reason", [
-    ("return 2 * x", "pass", 3, ""),
-    ("return 2 * x if x >= 0 else x", "fail", 2, "assert 1 failed"),
-    ("return x + x if x < 3 else 0", "fail", 2, "assert 0 failed"),
-    ("return 2 * x // (x + 1) * (x + 1)", "crash", 1, "assert 1 raised ZeroDivisionError"),
-    ("import os\n    return os.getpid()", "fail", 1, "assert 0 failed"),
-    ("return open('/etc/passwd').read()", "crash", 1, "assert 0 raised PermissionError"),
-])
+@pytest.mark.parametrize(
+    "body, status, passed, reason",
+    [
+        ("return 2 * x", "pass", 3, ""),
+        ("return 2 * x if x >= 0 else x", "fail", 2, "assert 1 failed"),
+        ("return x + x if x < 3 else 0", "fail", 2, "assert 0 failed"),
+        ("return 2 * x // (x + 1) * (x + 1)", "crash", 1, "assert 1 raised ZeroDivisionError"),
+        ("import os\n    return os.getpid()", "fail", 1, "assert 0 failed"),
+        ("return open('/etc/passwd').read()", "crash", 1, "assert 0 raised PermissionError"),
+    ],
+)
 def test_each_assert_is_reported_and_judged_here(pool, body, status, passed, reason):
     """A failing assert does not stop the others (assert 2 still counts as held); general
     Python runs (an import of a loaded module), what the sandbox refuses is a crash."""
@@ -46,26 +49,38 @@ def test_check_that_raises_or_never_asserts():
         raising = CheckTask("f", "def check(candidate):\n    candidate(0)\n    assert False\n")
         v = p.verify("def f(x):\n    return 1 // x\n", raising)
         assert (v.status, v.reason) == ("crash", "check raised ZeroDivisionError")
-        skipped = CheckTask("f", "def check(candidate):\n    if candidate(0):\n"
-                                 "        assert True\n")
+        skipped = CheckTask(
+            "f", "def check(candidate):\n    if candidate(0):\n        assert True\n"
+        )
         assert p.verify("def f(x):\n    return 0\n", skipped).reason == "no assert ran"
 
 
-@pytest.mark.parametrize("test, message", [
-    ("def check(candidate):\n    return 1\n", "has no assert"),
-    ("assert True\n", "must define check"),
-    ("def check(candidate)\n", "does not parse"),
-])
+@pytest.mark.parametrize(
+    "test, message",
+    [
+        ("def check(candidate):\n    return 1\n", "has no assert"),
+        ("assert True\n", "must define check"),
+        ("def check(candidate)\n", "does not parse"),
+    ],
+)
 def test_bad_test_code_is_refused(test, message):
     with pytest.raises(ValueError, match=message):
         CheckTask("f", test)
 
 
-@pytest.mark.parametrize("body", [
-    [], {"asserts": []}, {"asserts": [], "error": 1}, {"asserts": [[0, 1]], "error": ""},
-    {"asserts": [[7, 1, ""]], "error": ""}, {"asserts": [[0, "1", ""]], "error": ""},
-    {"asserts": [[True, 1, ""]], "error": ""}, {"asserts": [[0, 1, ""]], "error": "", "x": 0},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"asserts": []},
+        {"asserts": [], "error": 1},
+        {"asserts": [[0, 1]], "error": ""},
+        {"asserts": [[7, 1, ""]], "error": ""},
+        {"asserts": [[0, "1", ""]], "error": ""},
+        {"asserts": [[True, 1, ""]], "error": ""},
+        {"asserts": [[0, 1, ""]], "error": "", "x": 0},
+    ],
+)
 def test_forged_or_broken_reports_are_malformed(body):
     with pytest.raises(Malformed):
         judge_asserts(body, 3)
@@ -95,8 +110,14 @@ def reference_passes(sources, tasks):
     """HumanEval's own way, in a plain interpreter: program, test and check() in one namespace;
     a program passes when nothing raises (within 3 s)."""
     items = [(s, t.test, t.entry_point) for s, t in zip(sources, tasks, strict=True)]
-    out = subprocess.run([sys.executable, "-c", REFERENCE], input=json.dumps(items),
-                         capture_output=True, text=True, timeout=600, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", REFERENCE],
+        input=json.dumps(items),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 
@@ -105,8 +126,11 @@ def test_humaneval_canonical_pass_and_pass_bodies_fail(pool):
         sources, tasks, labels = humaneval.programs(mode)
         assert len(sources) == 164
         verdicts = pool.verify_many(sources, tasks)
-        wrong = [lab for lab, v in zip(labels, verdicts, strict=True)
-                 if (v.status == "pass") != bool(expected)]
+        wrong = [
+            lab
+            for lab, v in zip(labels, verdicts, strict=True)
+            if (v.status == "pass") != bool(expected)
+        ]
         assert wrong == [], mode
 
 
@@ -125,4 +149,5 @@ def test_mutants_change_the_entry_function_once():
     program = "def g(a):\n    return a - 1\n\ndef f(x):\n    return g(x) + 2 < 5\n"
     assert humaneval.mutants(program, "f") == [
         "def g(a):\n    return a - 1\n\ndef f(x):\n    return g(x) + 2 <= 5\n",
-        "def g(a):\n    return a - 1\n\ndef f(x):\n    return g(x) + 2 < 6\n"]
+        "def g(a):\n    return a - 1\n\ndef f(x):\n    return g(x) + 2 < 6\n",
+    ]

@@ -4,9 +4,14 @@ import pytest
 
 from glmflash.verify import Verdict, reward
 
-VERDICTS = [Verdict("pass", 8, 8), Verdict("fail", 5, 8, "case 1: wrong value"),
-            Verdict("fail", 0, 8, "case 0: wrong value"), Verdict("invalid", 0, 8, "x"),
-            Verdict("timeout", 0, 8, "x"), Verdict("crash", 3, 8, "case 3 raised X")]
+VERDICTS = [
+    Verdict("pass", 8, 8),
+    Verdict("fail", 5, 8, "case 1: wrong value"),
+    Verdict("fail", 0, 8, "case 0: wrong value"),
+    Verdict("invalid", 0, 8, "x"),
+    Verdict("timeout", 0, 8, "x"),
+    Verdict("crash", 3, 8, "case 3 raised X"),
+]
 
 
 @pytest.mark.parametrize("penalty", [0.0, -0.1, -1.0])

@@ -32,6 +32,7 @@ def returning(expr: str) -> str:
 
 # ---- exact comparison, against an independent reference -------------------------------------
 
+
 def canonical(v):
     """Reference for `same`: a type-tagged tree, with floats compared by value and NaN unique."""
     t = type(v)
@@ -64,8 +65,10 @@ def random_value(rng, depth=0):
         return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
     if kind == 7:
         return tuple(random_value(rng, depth + 1) for _ in range(rng.randint(0, 3)))
-    return {rng.choice([1, True, 1.0, "k", (1,), None]): random_value(rng, depth + 1)
-            for _ in range(rng.randint(0, 2))}
+    return {
+        rng.choice([1, True, 1.0, "k", (1,), None]): random_value(rng, depth + 1)
+        for _ in range(rng.randint(0, 2))
+    }
 
 
 def mutate(v, rng):
@@ -76,9 +79,16 @@ def mutate(v, rng):
         items = list(v)
         items[i] = mutate(items[i], rng)
         return t(items)
-    swaps = {int: lambda x: float(x) if abs(x) < 2**60 else x + 1, bool: int,
-             float: lambda x: int(x) if math.isfinite(x) else x, list: tuple, tuple: list,
-             str: lambda x: x + "", type(None): lambda x: 0, dict: lambda x: {**x}}
+    swaps = {
+        int: lambda x: float(x) if abs(x) < 2**60 else x + 1,
+        bool: int,
+        float: lambda x: int(x) if math.isfinite(x) else x,
+        list: tuple,
+        tuple: list,
+        str: lambda x: x + "",
+        type(None): lambda x: 0,
+        dict: lambda x: {**x},
+    }
     return swaps[t](v)
 
 
@@ -94,13 +104,31 @@ def test_same_matches_the_reference_on_random_values():
     assert outcomes == {True, False}
 
 
-@pytest.mark.parametrize("actual, expected, equal", [
-    (1, 1, True), (True, 1, False), (1, True, False), (1.0, 1, False), (1, 1.0, False),
-    ([1], [1], True), ((1,), [1], False), ([1], (1,), False), ([[1, True]], [[1, 1]], False),
-    ({"a": 1}, {"a": 1}, True), ({True: "a"}, {1: "a"}, False), ({1.0: "a"}, {1: "a"}, False),
-    (math.nan, math.nan, False), (0.0, -0.0, True), (None, None, True), (None, 0, False),
-    ("1", 1, False), (2**5000, 2**5000, True), ({1, 2}, {1, 2}, False),
-], ids=lambda v: repr(v)[:12])
+@pytest.mark.parametrize(
+    "actual, expected, equal",
+    [
+        (1, 1, True),
+        (True, 1, False),
+        (1, True, False),
+        (1.0, 1, False),
+        (1, 1.0, False),
+        ([1], [1], True),
+        ((1,), [1], False),
+        ([1], (1,), False),
+        ([[1, True]], [[1, 1]], False),
+        ({"a": 1}, {"a": 1}, True),
+        ({True: "a"}, {1: "a"}, False),
+        ({1.0: "a"}, {1: "a"}, False),
+        (math.nan, math.nan, False),
+        (0.0, -0.0, True),
+        (None, None, True),
+        (None, 0, False),
+        ("1", 1, False),
+        (2**5000, 2**5000, True),
+        ({1, 2}, {1, 2}, False),
+    ],
+    ids=lambda v: repr(v)[:12],
+)
 def test_same_is_exact(actual, expected, equal):
     assert same(actual, expected) is equal
 
@@ -118,6 +146,7 @@ def test_encode_decode_round_trip_keeps_exact_types():
 def test_encode_refuses_what_is_not_plain_data():
     class Int(int):
         pass
+
     cyclic = []
     cyclic.append(cyclic)
     for value in (Int(3), {1, 2}, b"x", object(), cyclic, "x" * 101, [0] * 100):
@@ -125,10 +154,22 @@ def test_encode_refuses_what_is_not_plain_data():
             worker.encode(value, [100])
 
 
-@pytest.mark.parametrize("tagged", [
-    ["i"], ["i", 3], ["q", "1"], ["l", "x"], ["N", 0], ["b", 1], ["d", [[["s", "a"]]]],
-    ["d", [[["l", []], ["N", None]]]], 7, None, ["l", [["i", "zz"]]],
-])
+@pytest.mark.parametrize(
+    "tagged",
+    [
+        ["i"],
+        ["i", 3],
+        ["q", "1"],
+        ["l", "x"],
+        ["N", 0],
+        ["b", 1],
+        ["d", [[["s", "a"]]]],
+        ["d", [[["l", []], ["N", None]]]],
+        7,
+        None,
+        ["l", [["i", "zz"]]],
+    ],
+)
 def test_decode_refuses_malformed_values(tagged):
     with pytest.raises((Malformed, ValueError, TypeError)):
         decode(tagged)
@@ -136,37 +177,65 @@ def test_decode_refuses_malformed_values(tagged):
 
 # ---- judging replies (what a compromised worker could send) ---------------------------------
 
+
 def reply(*results):
     return json.dumps(["ok", list(results)]).encode()
 
 
-@pytest.mark.parametrize("status, data, expected, passed", [
-    (worker.RESULT, reply(*[["v", ["i", format(2 * c.args[0], "x")]] for c in DOUBLE.cases]),
-     "pass", 4),
-    (worker.RESULT, reply(["v", ["i", "6"]], ["v", ["i", "6"]], ["v", ["i", "0"]],
-                          ["v", ["i", "e"]]), "fail", 3),
-    (worker.RESULT, reply(["v", ["i", "6"]], ["v", ["i", "-4"]], ["v", ["b", False]],
-                          ["x", "output too large"]), "fail", 2),
-    (worker.RESULT, reply(["v", ["i", "6"]], ["e", "ZeroDivisionError"], ["v", ["i", "0"]],
-                          ["v", ["i", "e"]]), "crash", 3),
-    (worker.RESULT, reply(["v", ["i", "6"]]), "crash", 0),  # too few results
-    (worker.RESULT, reply(*[["v", ["i", "6"]]] * 5), "crash", 0),  # too many
-    (worker.RESULT, reply(*[["p", ["i", "6"]]] * 4), "crash", 0),  # unknown tag
-    (worker.RESULT, reply(*[["v", ["i", "6", "7"]]] * 4), "crash", 0),
-    (worker.RESULT, b"not json", "crash", 0),
-    (worker.RESULT, b"[" * 100000, "crash", 0),
-    (worker.RESULT, json.dumps(["pass", 4]).encode(), "crash", 0),
-    (worker.RESULT, json.dumps(["invalid", "does not compile"]).encode(), "invalid", 0),
-    (worker.TIMEOUT, b"", "timeout", 0),
-    (worker.DIED, b"killed by SIGKILL", "crash", 0),
-    (worker.TOO_BIG, b"", "crash", 0),
-])
+@pytest.mark.parametrize(
+    "status, data, expected, passed",
+    [
+        (
+            worker.RESULT,
+            reply(*[["v", ["i", format(2 * c.args[0], "x")]] for c in DOUBLE.cases]),
+            "pass",
+            4,
+        ),
+        (
+            worker.RESULT,
+            reply(["v", ["i", "6"]], ["v", ["i", "6"]], ["v", ["i", "0"]], ["v", ["i", "e"]]),
+            "fail",
+            3,
+        ),
+        (
+            worker.RESULT,
+            reply(
+                ["v", ["i", "6"]],
+                ["v", ["i", "-4"]],
+                ["v", ["b", False]],
+                ["x", "output too large"],
+            ),
+            "fail",
+            2,
+        ),
+        (
+            worker.RESULT,
+            reply(
+                ["v", ["i", "6"]], ["e", "ZeroDivisionError"], ["v", ["i", "0"]], ["v", ["i", "e"]]
+            ),
+            "crash",
+            3,
+        ),
+        (worker.RESULT, reply(["v", ["i", "6"]]), "crash", 0),  # too few results
+        (worker.RESULT, reply(*[["v", ["i", "6"]]] * 5), "crash", 0),  # too many
+        (worker.RESULT, reply(*[["p", ["i", "6"]]] * 4), "crash", 0),  # unknown tag
+        (worker.RESULT, reply(*[["v", ["i", "6", "7"]]] * 4), "crash", 0),
+        (worker.RESULT, b"not json", "crash", 0),
+        (worker.RESULT, b"[" * 100000, "crash", 0),
+        (worker.RESULT, json.dumps(["pass", 4]).encode(), "crash", 0),
+        (worker.RESULT, json.dumps(["invalid", "does not compile"]).encode(), "invalid", 0),
+        (worker.TIMEOUT, b"", "timeout", 0),
+        (worker.DIED, b"killed by SIGKILL", "crash", 0),
+        (worker.TOO_BIG, b"", "crash", 0),
+    ],
+)
 def test_judge(status, data, expected, passed):
     verdict = judge(DOUBLE, status, data, 1.0)
     assert (verdict.status, verdict.passed, verdict.total) == (expected, passed, 4)
 
 
 # ---- end to end ---------------------------------------------------------------------------
+
 
 def test_right_and_wrong(pool):
     assert pool.verify(RIGHT, DOUBLE) == Verdict("pass", 4, 4, "")
@@ -181,16 +250,31 @@ def test_raising_on_one_case_is_a_crash_that_still_counts_the_others(pool):
     assert v.status == "crash" and "ZeroDivisionError" in v.reason and v.passed == 1
 
 
-@pytest.mark.parametrize("expr, expected, status", [
-    ("1", 1, "pass"), ("True", 1, "fail"), ("1", True, "fail"), ("1.0", 1, "fail"),
-    ("[1]", [1], "pass"), ("(1,)", [1], "fail"), ("[1]", (1,), "fail"),
-    ("(1, [2])", (1, [2]), "pass"),
-    ("{'a': [1, None]}", {"a": [1, None]}, "pass"), ("{True: 1}", {1: 1}, "fail"),
-    ("2 ** 5000", 2**5000, "pass"), ("-(2 ** 5000)", 2**5000, "fail"),
-    ("float('nan')", math.nan, "fail"), ("float('inf')", math.inf, "pass"),
-    ("'é' + chr(55296)", "é\ud800", "pass"), ("None", None, "pass"), ("None", 0, "fail"),
-    ("{1, 2}", [1, 2], "fail"), ("'x' * 200000", "x", "fail"),
-], ids=lambda v: repr(v)[:16])
+@pytest.mark.parametrize(
+    "expr, expected, status",
+    [
+        ("1", 1, "pass"),
+        ("True", 1, "fail"),
+        ("1", True, "fail"),
+        ("1.0", 1, "fail"),
+        ("[1]", [1], "pass"),
+        ("(1,)", [1], "fail"),
+        ("[1]", (1,), "fail"),
+        ("(1, [2])", (1, [2]), "pass"),
+        ("{'a': [1, None]}", {"a": [1, None]}, "pass"),
+        ("{True: 1}", {1: 1}, "fail"),
+        ("2 ** 5000", 2**5000, "pass"),
+        ("-(2 ** 5000)", 2**5000, "fail"),
+        ("float('nan')", math.nan, "fail"),
+        ("float('inf')", math.inf, "pass"),
+        ("'é' + chr(55296)", "é\ud800", "pass"),
+        ("None", None, "pass"),
+        ("None", 0, "fail"),
+        ("{1, 2}", [1, 2], "fail"),
+        ("'x' * 200000", "x", "fail"),
+    ],
+    ids=lambda v: repr(v)[:16],
+)
 def test_exact_types_end_to_end(pool, expr, expected, status):
     v = pool.verify(returning(expr), Task("f", (Case((0,), expected),)))
     assert v.status == status, v
@@ -198,10 +282,13 @@ def test_exact_types_end_to_end(pool, expr, expected, status):
 
 def test_many_in_order_over_more_programs_than_workers(pool):
     rng = random.Random(2)
-    kinds = {"pass": RIGHT, "fail": "def double_abc(x):\n    return x + 1\n",
-             "invalid": "def double_abc(x):\n    return x.real\n",
-             "crash": "def double_abc(x):\n    return 1 // 0\n",
-             "timeout": "def double_abc(x):\n    while True:\n        pass\n"}
+    kinds = {
+        "pass": RIGHT,
+        "fail": "def double_abc(x):\n    return x + 1\n",
+        "invalid": "def double_abc(x):\n    return x.real\n",
+        "crash": "def double_abc(x):\n    return 1 // 0\n",
+        "timeout": "def double_abc(x):\n    while True:\n        pass\n",
+    }
     wanted = [rng.choice(["pass", "fail", "invalid", "crash"]) for _ in range(40)] + ["timeout"]
     rng.shuffle(wanted)
     verdicts = pool.verify_many([kinds[k] for k in wanted], [DOUBLE] * len(wanted))
@@ -276,13 +363,18 @@ def test_bad_arguments():
 
 # ---- determinism, budgets, unicode ----------------------------------------------------------
 
+
 def test_verdicts_do_not_depend_on_the_worker():
     """Set iteration order of strings follows the hash seed: every worker has the same one, so
     an order-dependent program gets one verdict over 50 runs on 4 workers (replaced midway)."""
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]
-    order = subprocess.run([sys.executable, "-c", f"print(list(set({words!r})))"],
-                           env={"PYTHONHASHSEED": worker.HASH_SEED}, capture_output=True,
-                           text=True, check=True).stdout
+    order = subprocess.run(
+        [sys.executable, "-c", f"print(list(set({words!r})))"],
+        env={"PYTHONHASHSEED": worker.HASH_SEED},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     task = Task("f", (Case((0,), ast.literal_eval(order)),))
     source = f"def f(x):\n    return list(set({words!r}))\n"
     with VerifierPool(4, timeout=0.5) as p:
@@ -299,10 +391,14 @@ def test_the_budget_is_cpu_time_and_the_wall_clock_only_a_backstop(pool):
     busy = pool.verify("def double_abc(x):\n    while True:\n        pass\n", DOUBLE)
     assert busy.status == "timeout" and busy.reason == "ran past 0.5 s of CPU time"
     with VerifierPool(1, timeout=0.2, _skip_validation=True) as bare:
-        loader = ("[c for c in ().__class__.__base__.__subclasses__() "
-                  "if c.__name__ == 'BuiltinImporter'][0]")
-        blocked = (f"def double_abc(x):\n    lock = {loader}.load_module('_thread')"
-                   ".allocate_lock()\n    lock.acquire()\n    lock.acquire()\n")
+        loader = (
+            "[c for c in ().__class__.__base__.__subclasses__() "
+            "if c.__name__ == 'BuiltinImporter'][0]"
+        )
+        blocked = (
+            f"def double_abc(x):\n    lock = {loader}.load_module('_thread')"
+            ".allocate_lock()\n    lock.acquire()\n    lock.acquire()\n"
+        )
         start = time.monotonic()
         v = bare.verify(blocked, DOUBLE)
         elapsed = time.monotonic() - start
@@ -311,9 +407,16 @@ def test_the_budget_is_cpu_time_and_the_wall_clock_only_a_backstop(pool):
 
 
 def test_cpu_seconds_reads_the_same_time_as_the_kernel_reports_at_exit():
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                              "while time.process_time() - t < 0.4:\n    pass\n"
-                              "input()"], stdin=subprocess.PIPE)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.4:\n    pass\n"
+            "input()",
+        ],
+        stdin=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 20
     while worker.cpu_seconds(child.pid) < 0.4 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -327,8 +430,10 @@ def test_cpu_seconds_reads_the_same_time_as_the_kernel_reports_at_exit():
 def test_unicode_names_and_named_escapes_compile_in_the_sandbox(pool):
     """Python reads identifiers in NFKC form (fullwidth ｆ is f) and compiles \\N{...} with
     unicodedata, which the worker loads before it drops its privileges."""
-    source = ("def ｆ(ｘ):\n    ａｌｐｈａ = '\\N{GREEK SMALL LETTER ALPHA}'\n"
-              "    return ａｌｐｈａ * ｘ\n")
+    source = (
+        "def ｆ(ｘ):\n    ａｌｐｈａ = '\\N{GREEK SMALL LETTER ALPHA}'\n"
+        "    return ａｌｐｈａ * ｘ\n"
+    )
     assert pool.verify(source, Task("f", (Case((2,), "αα"), Case((0,), "")))).status == "pass"
     with pytest.raises(ValueError, match="not in NFKC form"):
         Task("ｆ", (Case((1,), 1),))

@@ -61,8 +61,10 @@ REJECTED = [  # (source, fragment of the reason)
     ("def f(x):\n    def g():\n        nonlocal x\n    return x\n", "FunctionDef is not allowed"),
     ("def f(x):\n    class A:\n        pass\n    return x\n", "ClassDef is not allowed"),
     ("def f(x):\n    return (lambda: x)()\n", "Lambda is not allowed"),
-    ("def f(x):\n    try:\n        return 1 // 0\n    except:\n        return x\n",
-     "Try is not allowed"),
+    (
+        "def f(x):\n    try:\n        return 1 // 0\n    except:\n        return x\n",
+        "Try is not allowed",
+    ),
     ("def f(x):\n    raise SystemExit\n", "Raise is not allowed"),
     ("def f(x):\n    assert x\n    return x\n", "Assert is not allowed"),
     ("def f(x):\n    with x:\n        return x\n", "With is not allowed"),
@@ -104,14 +106,17 @@ def test_argument_count_must_match_cases():
     assert validate("def f(a, b):\n    return a\n", "f") is None  # no arity given
 
 
-@pytest.mark.parametrize("source", [
-    "(" * 10000 + ")" * 10000,  # the tokenizer's parenthesis limit
-    "-" * 100000 + "1",  # parser stack
-    "x" + "+x" * 100000,  # recursion while building the tree
-    "not " * 50000 + "1",
-    "def f(x):\n    return " + "[" * 150 + "x" + "]" * 150 + "\n",  # parses, too deep
-    "def f(x):\n    return " + "-" * 300 + "x\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "(" * 10000 + ")" * 10000,  # the tokenizer's parenthesis limit
+        "-" * 100000 + "1",  # parser stack
+        "x" + "+x" * 100000,  # recursion while building the tree
+        "not " * 50000 + "1",
+        "def f(x):\n    return " + "[" * 150 + "x" + "]" * 150 + "\n",  # parses, too deep
+        "def f(x):\n    return " + "-" * 300 + "x\n",
+    ],
+)
 def test_hostile_sizes_and_nesting_are_reasons_not_errors(source):
     reason = validate(source, "f", 1, max_chars=10**6)
     assert reason is not None
@@ -129,9 +134,31 @@ def test_caps_are_exact():
 
 
 def test_dangerous_builtins_are_not_allowed():
-    for name in ("open", "eval", "exec", "compile", "getattr", "setattr", "delattr", "vars",
-                 "globals", "locals", "type", "object", "__import__", "breakpoint", "input",
-                 "print", "help", "memoryview", "super", "classmethod", "exit", "quit", "id"):
+    for name in (
+        "open",
+        "eval",
+        "exec",
+        "compile",
+        "getattr",
+        "setattr",
+        "delattr",
+        "vars",
+        "globals",
+        "locals",
+        "type",
+        "object",
+        "__import__",
+        "breakpoint",
+        "input",
+        "print",
+        "help",
+        "memoryview",
+        "super",
+        "classmethod",
+        "exit",
+        "quit",
+        "id",
+    ):
         assert name not in ALLOWED_BUILTINS
         assert validate(f"def f(x):\n    return {name}\n", "f") is not None
 
@@ -139,8 +166,33 @@ def test_dangerous_builtins_are_not_allowed():
 def test_random_garbage_never_raises():
     rng = random.Random(0)
     alphabet = "def f(x):return[]{}()'\"\\ \n\t#*+-/%<>=!.,:;@_0123456789abcxyzé\x00"
-    atoms = ["def", "f", "(", ")", ":", "\n    ", "return", "x", "[", "]", "lambda", "**", "*",
-             "if", "else", "for", "in", "yield", "'", "\"\"\"", "\\", "not", "__", ".", ","]
+    atoms = [
+        "def",
+        "f",
+        "(",
+        ")",
+        ":",
+        "\n    ",
+        "return",
+        "x",
+        "[",
+        "]",
+        "lambda",
+        "**",
+        "*",
+        "if",
+        "else",
+        "for",
+        "in",
+        "yield",
+        "'",
+        '"""',
+        "\\",
+        "not",
+        "__",
+        ".",
+        ",",
+    ]
     for i in range(400):
         if i % 2:
             source = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 120)))

@@ -27,12 +27,15 @@ from glmflash.model.lm import Block, GLMFlash
 from glmflash.model.moe import MoE, swiglu
 
 
-def split_heads(attn: LinearAttention | SparseAttention, x: Tensor,
-                offset: int) -> tuple[Tensor, Tensor, Tensor]:
+def split_heads(
+    attn: LinearAttention | SparseAttention, x: Tensor, offset: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """x [B, T, d_model] -> rotated queries and keys, and values, each [B, H, T, D]."""
     B, T, _ = x.shape
-    q, k, v = (proj(x).view(B, T, attn.n_heads, attn.head_dim).transpose(1, 2)
-               for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    q, k, v = (
+        proj(x).view(B, T, attn.n_heads, attn.head_dim).transpose(1, 2)
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj)
+    )
     if attn.rope is not None:
         q, k = attn.rope(q, offset), attn.rope(k, offset)
     return q, k, v
@@ -46,8 +49,9 @@ def merge_heads(attn: LinearAttention | SparseAttention, y: Tensor) -> Tensor:
 class CumsumLinearAttention(LinearAttention):
     """ELU+1 linear attention with every prefix state S_t materialised by a cumulative sum."""
 
-    def forward(self, x: Tensor, state: LinearState | None = None,
-                offset: int = 0) -> tuple[Tensor, LinearState]:
+    def forward(
+        self, x: Tensor, state: LinearState | None = None, offset: int = 0
+    ) -> tuple[Tensor, LinearState]:
         if state is not None or x.shape[1] == 1:
             return super().forward(x, state, offset)
         q, k, v = split_heads(self, x, offset)
@@ -60,8 +64,9 @@ class CumsumLinearAttention(LinearAttention):
 class GatheredSparseAttention(SparseAttention):
     """Local-window + strided-anchor attention by gathering each query's keys."""
 
-    def forward(self, x: Tensor, state: KVCache | None = None,
-                offset: int = 0) -> tuple[Tensor, KVCache]:
+    def forward(
+        self, x: Tensor, state: KVCache | None = None, offset: int = 0
+    ) -> tuple[Tensor, KVCache]:
         if state is not None or self.indexer is not None:
             return super().forward(x, state, offset)
         q, k, v = split_heads(self, x, offset)
@@ -106,5 +111,10 @@ def naive_glmflash(cfg: ModelConfig) -> GLMFlash:
     return model
 
 
-__all__ = ["CumsumLinearAttention", "GatheredSparseAttention", "MaskedMoE", "naive_form",
-           "naive_glmflash"]
+__all__ = [
+    "CumsumLinearAttention",
+    "GatheredSparseAttention",
+    "MaskedMoE",
+    "naive_form",
+    "naive_glmflash",
+]

@@ -22,15 +22,24 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 class GlmFlashConfig(PretrainedConfig):
     model_type = "glmflash"
     # the generic names transformers' utilities look for
-    attribute_map = {"hidden_size": "d_model", "num_attention_heads": "n_heads",
-                     "num_hidden_layers": "n_layers", "max_position_embeddings": "context"}
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "n_heads",
+        "num_hidden_layers": "n_layers",
+        "max_position_embeddings": "context",
+    }
 
     def __init__(self, **kwargs: Any) -> None:
         for name, default in DEFAULTS.items():
             key = RENAMED.get(name, name)
             setattr(self, key, kwargs.pop(key, default))
-        defaults = dict(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
-                        tie_word_embeddings=True, use_cache=False)
+        defaults = dict(
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+            pad_token_id=PAD,
+            tie_word_embeddings=True,
+            use_cache=False,
+        )
         super().__init__(**{**defaults, **kwargs})
         self.to_model_config()  # a bad value fails here, naming the field
 

@@ -51,10 +51,16 @@ class GlmFlashForCausalLM(PreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.model.output = value
 
-    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
-                return_dict: bool | None = None, logits_to_keep: int = 0,
-                **kwargs: Any) -> CausalLMOutputWithPast | tuple:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        labels: Tensor | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast | tuple:
         """Logits [B, T, V]; with labels [B, T] (transformers' convention: the inputs, shifted
         here), the mean next-token cross-entropy, positions labelled -100 ignored."""
         if attention_mask is not None and not bool(attention_mask.all()):
@@ -69,9 +75,8 @@ class GlmFlashForCausalLM(PreTrainedModel, GenerationMixin):
         out = CausalLMOutputWithPast(loss=loss, logits=logits)
         return out.to_tuple() if return_dict is False else out
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor,
-                                      attention_mask: Tensor | None = None,
-                                      **kwargs: Any) -> dict[str, Any]:
+    def prepare_inputs_for_generation(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
         """The whole sequence every step: no cache to continue from."""
         return {"input_ids": input_ids, "attention_mask": attention_mask}
-

@@ -33,10 +33,16 @@ class GlmFlashTokenizer(PreTrainedTokenizer):
 
     def __init__(self, **kwargs: Any) -> None:
         self._added_tokens_decoder = {
-            i: AddedToken(token_name(i), special=True, normalized=False) for i in SPECIAL_IDS}
-        defaults = dict(pad_token=token_name(PAD), bos_token=token_name(BOS),
-                        eos_token=token_name(EOS), sep_token=token_name(SEP),
-                        split_special_tokens=True, clean_up_tokenization_spaces=False)
+            i: AddedToken(token_name(i), special=True, normalized=False) for i in SPECIAL_IDS
+        }
+        defaults = dict(
+            pad_token=token_name(PAD),
+            bos_token=token_name(BOS),
+            eos_token=token_name(EOS),
+            sep_token=token_name(SEP),
+            split_special_tokens=True,
+            clean_up_tokenization_spaces=False,
+        )
         super().__init__(**{**defaults, **kwargs})
 
     @property
@@ -62,26 +68,36 @@ class GlmFlashTokenizer(PreTrainedTokenizer):
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
         return decode(ord(t) + BYTE_OFFSET for t in tokens if len(t) == 1)
 
-    def _decode(self, token_ids: int | list[int], skip_special_tokens: bool = False,
-                clean_up_tokenization_spaces: bool | None = None, **kwargs: Any) -> str:
+    def _decode(
+        self,
+        token_ids: int | list[int],
+        skip_special_tokens: bool = False,
+        clean_up_tokenization_spaces: bool | None = None,
+        **kwargs: Any,
+    ) -> str:
         return decode([token_ids] if isinstance(token_ids, int) else token_ids)
 
-    def build_inputs_with_special_tokens(self, token_ids_0: list[int],
-                                         token_ids_1: list[int] | None = None) -> list[int]:
+    def build_inputs_with_special_tokens(
+        self, token_ids_0: list[int], token_ids_1: list[int] | None = None
+    ) -> list[int]:
         return [BOS, *token_ids_0, *(token_ids_1 or [])]
 
-    def get_special_tokens_mask(self, token_ids_0: list[int],
-                                token_ids_1: list[int] | None = None,
-                                already_has_special_tokens: bool = False) -> list[int]:
+    def get_special_tokens_mask(
+        self,
+        token_ids_0: list[int],
+        token_ids_1: list[int] | None = None,
+        already_has_special_tokens: bool = False,
+    ) -> list[int]:
         if already_has_special_tokens:
             return super().get_special_tokens_mask(token_ids_0, token_ids_1, True)
         return [1] + [0] * (len(token_ids_0) + len(token_ids_1 or []))
 
-    def create_token_type_ids_from_sequences(self, token_ids_0: list[int],
-                                             token_ids_1: list[int] | None = None
-                                             ) -> list[int]:
+    def create_token_type_ids_from_sequences(
+        self, token_ids_0: list[int], token_ids_1: list[int] | None = None
+    ) -> list[int]:
         return [0] * len(self.build_inputs_with_special_tokens(token_ids_0, token_ids_1))
 
-    def save_vocabulary(self, save_directory: str,
-                        filename_prefix: str | None = None) -> tuple[str, ...]:
+    def save_vocabulary(
+        self, save_directory: str, filename_prefix: str | None = None
+    ) -> tuple[str, ...]:
         return ()  # the vocabulary is the code: nothing to write
