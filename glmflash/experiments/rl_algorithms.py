@@ -20,7 +20,7 @@ KL to the initial policy and share of groups without reward spread.
 from __future__ import annotations
 
 from glmflash.experiments.registry import Experiment, register
-from glmflash.experiments.sft_vs_rl import BASE, HEALTH, RUNGS, run
+from glmflash.experiments.sft_vs_rl import BASE, HEALTH, QUICK, RUNGS, run
 from glmflash.train.policy_gradient import ALGORITHMS
 
 EXPERIMENT = register(
@@ -39,13 +39,7 @@ EXPERIMENT = register(
         metric="unseen",
         secondary=(*RUNGS, *HEALTH, "train_seconds"),
         comparisons=[("rloo", name) for name in ALGORITHMS if name != "rloo"],
-        quick={
-            "groups": 4,
-            "tasks_per_step": 2,
-            "group_size": 4,
-            "max_new_tokens": 16,
-            "per_rung": 2,
-        },
+        quick=QUICK,
         quick_seeds=(1, 2),
     )
 )

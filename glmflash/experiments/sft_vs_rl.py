@@ -35,6 +35,13 @@ from glmflash.train.runlog import read_jsonl
 EVAL_SEED = 0  # the evaluation tasks, the same for every arm and seed
 RUNGS = ("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names")
 HEALTH = ("entropy", "kl", "no_spread_share")  # means over an RL arm's steps
+QUICK = {
+    "groups": 4,
+    "tasks_per_step": 2,
+    "group_size": 4,
+    "max_new_tokens": 16,
+    "per_rung": 2,
+}  # --quick: tiny runs of every arm
 BASE: dict[str, Any] = {
     "init": None,
     "families": [],
@@ -106,13 +113,7 @@ EXPERIMENT = register(
             "train_seconds",
         ),
         comparisons=[("sft", "rl")],
-        quick={
-            "groups": 4,
-            "tasks_per_step": 2,
-            "group_size": 4,
-            "max_new_tokens": 16,
-            "per_rung": 2,
-        },
+        quick=QUICK,
         quick_seeds=(1, 2),
     )
 )
