@@ -1,5 +1,6 @@
 import json
 
+import pytest
 import torch
 
 from glmflash import cli
@@ -17,26 +18,19 @@ def test_arms_differ_in_the_objective_only():
     assert len(exp.seeds) >= 5 and exp.comparisons == [("sft", "rl")]
 
 
-def test_quick_run_scores_both_arms_per_rung(tmp_path):
+@pytest.mark.parametrize("name, arms", [("sft-vs-rl", 2), ("rl-algorithms", 4)])
+def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
+    """Both ladder experiments (they share the run function) on the tiny model, one seed."""
     torch.manual_seed(0)
-    save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
+    model = GLMFlash(model_config("tiny"))
+    with torch.no_grad():  # far from uniform: completions differ
+        model.embedding.weight.mul_(4)
+    save_model(tmp_path / "ck", model)
     out = tmp_path / "exp"
-    code = cli.main(
-        [
-            "experiment",
-            "sft-vs-rl",
-            "--out",
-            str(out),
-            "--quick",
-            "--seeds",
-            "1",
-            "--set",
-            f"init={tmp_path / 'ck'}",
-        ]
-    )
-    assert code == 0
-    runs = sorted((out / "sft-vs-rl" / "runs").glob("*.json"))
-    assert len(runs) == 2
+    argv = ["experiment", name, "--out", str(out), "--quick", "--seeds", "1"]
+    assert cli.main([*argv, "--set", f"init={tmp_path / 'ck'}"]) == 0
+    runs = sorted((out / name / "runs").glob("*.json"))
+    assert len(runs) == arms
     for path in runs:
         record = json.loads(path.read_text())
         assert record["status"] == "ok", record.get("error")
@@ -44,6 +38,8 @@ def test_quick_run_scores_both_arms_per_rung(tmp_path):
         assert m["unseen"] == (m["unseen_depth2"] + m["unseen_depth3"]) / 2
         assert all(0 <= m[r] <= 1 for r in ("rl_only", "seed_neutral_names"))
         assert m["train_seconds"] > 0
+        if record["condition"] != "sft":  # RL arms report their health
+            assert 0 <= m["no_spread_share"] <= 1
 
 
 def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
