@@ -99,20 +99,26 @@ def read_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
         raise CheckpointError(f"checkpoint config is corrupt: {path} ({e})") from None
 
 
+def read_weights(path: Path, sha256: str | None) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, after checking that it exists and, when a hash was
+    recorded with it, that it matches (every kind of checkpoint loads its weights here)."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint weights missing: {path}")
+    if sha256 is not None and sha256_file(path) != sha256:
+        raise CheckpointError(f"checkpoint weights do not match their hash: {path}")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint weights are unreadable: {path} ({e})") from None
+
+
 def load_model(
     folder: str | Path, device: str | torch.device = "cpu", verify_hash: bool = True
 ) -> tuple[GLMFlash, dict[str, Any]]:
     """Load a checkpoint folder into a new model; returns (model, meta)."""
     cfg, meta = read_config(folder)
     path = Path(folder) / WEIGHTS
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint weights missing: {path}")
-    if verify_hash and "sha256" in meta and sha256_file(path) != meta["sha256"]:
-        raise CheckpointError(f"checkpoint weights do not match their hash: {path}")
-    try:
-        state = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"checkpoint weights are unreadable: {path} ({e})") from None
+    state = read_weights(path, meta.get("sha256") if verify_hash else None)
     model = GLMFlash(cfg)
     expected = {k: v for k, v in model.state_dict().items() if k not in TIED}
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))

@@ -36,8 +36,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from glmflash.config import PRESETS, ConfigError, PretrainConfig, model_config
@@ -244,13 +243,12 @@ def load_vision(folder: str | Path, device: str | torch.device = "cpu") -> Visio
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ckpt.CheckpointError(f"vision checkpoint config is corrupt: {path} ({e})") from None
     weights = folder / VISION_WEIGHTS
-    if not weights.is_file() or ckpt.sha256_file(weights) != config.get("sha256"):
-        raise ckpt.CheckpointError(f"vision weights missing or not matching their hash: {weights}")
+    state = ckpt.read_weights(weights, config.get("sha256", ""))  # a hash is always written
     lm, _ = ckpt.load_model(source)
     vlm = VisionLanguageModel(lm, make_tower(tower_kind, lm.cfg), prompt)
     try:
-        vlm.tower.load_state_dict(load_file(str(weights)))
-    except (SafetensorError, RuntimeError) as e:
+        vlm.tower.load_state_dict(state)
+    except RuntimeError as e:
         raise ckpt.CheckpointError(f"vision weights do not fit: {weights} ({e})") from None
     return vlm.to(device)
 

@@ -172,6 +172,10 @@ def test_outputs_and_reload(tmp_path):
     fresh = build_model(lm_dir, "tiny", "blocks", 0, torch.device("cpu"))
     fresh.tower.load_state_dict(reloaded.tower.state_dict())
     assert torch.equal(reloaded.predict(images), fresh.predict(images))
+    tower = out / "checkpoint" / "vision.safetensors"
+    tower.write_bytes(tower.read_bytes()[:-8] + bytes(8))  # same size, other bytes
+    with pytest.raises(ckpt.CheckpointError, match="do not match their hash"):
+        load_vision(out / "checkpoint")
     with pytest.raises(Exception, match="already holds"):
         train_vision(out, init=lm_dir, **SMALL)
 
