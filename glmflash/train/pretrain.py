@@ -154,6 +154,7 @@ def pretrain(
     t0, last = time.perf_counter(), {}
     model.train()
     for step in range(start, cfg.steps):
+        t_step = time.perf_counter()
         warm = has_indexer and step < cfg.indexer_warmup
         set_indexer_mode(model, collect=has_indexer, dense=warm)
         for group in optimizer.param_groups:
@@ -185,6 +186,7 @@ def pretrain(
         }
         if kl is not None:
             metrics["indexer_kl"] = float(kl.detach())
+        metrics["step_seconds"] = time.perf_counter() - t_step  # the update, data included
         if done % cfg.eval_every == 0 or done == cfg.steps:
             metrics["dev_loss"] = eval_loss(model, dev_stream, cfg, amp, dev)
             metrics.update(dev_pass_at_1(model, cfg))

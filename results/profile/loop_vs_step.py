@@ -1,0 +1,74 @@
+"""The pretraining loop against the bare train step, in one process on one machine:
+
+    python results/profile/loop_vs_step.py [--steps 6] [--optimizer adamw] [--out FILE.json]
+
+Runs `pretrain` (25m, 32 x 128) for a few steps into a temporary folder (no evaluation or
+checkpoint before the last step) and times the same update without the loop
+(`bench.profile.pretrain_step`). The loop's step time is the median over its steps 2..N-1 of
+the wall time between consecutive steps (data, update, metrics, logs, progress: everything the
+loop does), the bare step's the median of as many calls."""
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from glmflash.bench.profile import pretrain_step
+from glmflash.config import PretrainConfig, model_config
+from glmflash.machine import machine_record
+from glmflash.model.lm import GLMFlash
+from glmflash.train.pretrain import pretrain
+from glmflash.train.runlog import METRICS, read_jsonl
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=6)
+p.add_argument("--optimizer", default="adamw", choices=("adamw", "muon"))
+p.add_argument("--out", default=None)
+args = p.parse_args()
+cfg = PretrainConfig(
+    preset="25m",
+    steps=args.steps,
+    batch_size=32,
+    seq_len=128,
+    lr=2e-3,
+    warmup=2,
+    eval_every=10_000,
+    ckpt_every=10_000,
+    eval_tasks=0,
+    optimizer=args.optimizer,
+)
+with tempfile.TemporaryDirectory() as tmp:
+    pretrain(cfg, Path(tmp) / "run", device="cpu", log=lambda _: None)
+    rows = list(read_jsonl(Path(tmp) / "run" / METRICS))
+# wall time of step k = tokens / tokens_per_s differences (tokens_per_s is cumulative)
+ends = [r["step"] * cfg.batch_size * cfg.seq_len / r["tokens_per_s"] for r in rows]
+loop = [b - a for a, b in zip(ends, ends[1:], strict=False)][:-1]  # the last step evaluates
+update = [r["step_seconds"] for r in rows[1:-1]]
+
+torch.manual_seed(0)
+model = GLMFlash(model_config("25m")).train()
+batch = torch.randint(4, 260, (cfg.batch_size, cfg.seq_len + 1))
+step = pretrain_step(model, replace(cfg), batch[:, :-1], batch[:, 1:], None)
+step()
+bare = []
+for _ in range(len(loop)):
+    t0 = time.perf_counter()
+    step()
+    bare.append(time.perf_counter() - t0)
+result = {
+    "optimizer": args.optimizer,
+    "steps": args.steps,
+    "loop_step_seconds": statistics.median(loop),
+    "loop_update_seconds": statistics.median(update),
+    "bare_step_seconds": statistics.median(bare),
+    "loop_vs_bare": statistics.median(bare) / statistics.median(loop),
+    "machine": machine_record(torch.device("cpu")),
+}
+print(json.dumps(result, indent=1))
+if args.out:
+    Path(args.out).write_text(json.dumps(result, indent=1))
