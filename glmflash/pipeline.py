@@ -6,7 +6,7 @@ their stage from their last checkpoint):
 
     pretrain   -> select the checkpoint with the lowest dev loss
     before     -> confirm split: greedy pass@1 per rung of the task ladder; greedy pass@1
-                  (trained families), sampled pass@k (trained, all; k = pass_k)
+                  (trained families), sampled pass@k (trained, all; EvalConfig.k)
     rl         -> RLOO on the trained families and the ladder's RL structures; the checkpoint
                   is selected by dev pass@1 on those
     after      -> the same confirm evaluation on the RL checkpoint
@@ -30,7 +30,7 @@ from typing import Any
 from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.errors import CLIError
-from glmflash.evaluate.coding import MAX_NEW_TOKENS
+from glmflash.evaluate.config import EvalConfig
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
 
@@ -46,11 +46,7 @@ class PipelinePlan:
     pretrain: PretrainConfig
     rl: RLConfig
     vision: VisionConfig = VisionConfig()  # glmflash vision's defaults are the pipeline's
-    confirm_per_family: int = 8
-    pass_k: int = 8  # samples per task of the confirm evaluation's pass@k
-    temperature: float = 0.8  # their sampling temperature (RL samples at its own)
-    max_new_tokens: int = MAX_NEW_TOKENS  # confirm evaluation; RL keeps its own budget
-    ladder_per_rung: int = 32  # confirm tasks per rung, greedy
+    evaluation: EvalConfig = EvalConfig()  # the confirm evaluation before and after RL
 
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
@@ -101,10 +97,7 @@ class PipelinePlan:
                 max_new_tokens=12,
             ),
             VisionConfig(steps=3, align_steps=3, eval_size=20),
-            confirm_per_family=1,
-            pass_k=2,
-            max_new_tokens=12,
-            ladder_per_rung=2,
+            EvalConfig(per_family=1, per_rung=2, k=2, max_new_tokens=12),
         )
 
 
@@ -171,28 +164,28 @@ class Pipeline:
         from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, rung_table
         from glmflash.train.checkpoint import load_model
 
-        p = self.plan
+        p, e = self.plan, self.plan.evaluation
         model, _ = load_model(checkpoint, resolve_device(self.device))
         ladder = evaluate_rungs(
             model,
             RUNGS,
             "confirm",
-            p.ladder_per_rung,
+            e.per_rung,
             p.pretrain.seed,
-            max_new_tokens=p.max_new_tokens,
+            max_new_tokens=e.max_new_tokens,
         )
         (folder / "ladder.json").write_text(json.dumps(ladder["greedy"].to_json(), indent=2))
-        todo = tasks("confirm", FAMILIES, per_family=p.confirm_per_family, seed=p.pretrain.seed)
+        todo = tasks("confirm", FAMILIES, per_family=e.per_family, seed=p.pretrain.seed)
         trained = [t for t in todo if t.family in TRAINED]
-        greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=p.max_new_tokens)
+        greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=e.max_new_tokens)
         sampled = evaluate_tasks(
             model,
             todo,
             "sample",
-            samples=p.pass_k,
-            temperature=p.temperature,
+            samples=e.k,
+            temperature=e.temperature,
             seed=p.pretrain.seed,
-            max_new_tokens=p.max_new_tokens,
+            max_new_tokens=e.max_new_tokens,
         )
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
@@ -204,7 +197,7 @@ class Pipeline:
             "passk_all": sampled.counts(),
             "per_family_passk": {f: v for f, v in sampled.per_family.items()},
             "per_family_samples": sampled.passing_samples(),
-            "examples": [r for r in greedy.records[:: max(1, p.confirm_per_family)]],
+            "examples": [r for r in greedy.records[:: max(1, e.per_family)]],
         }
 
     def vision(self, base: str, folder: Path) -> dict[str, Any]:
@@ -271,7 +264,10 @@ class Pipeline:
                     "before": before["greedy_pass1_trained"],
                     "after": after["greedy_pass1_trained"],
                 },
-                "sampling": {"k": self.plan.pass_k, "temperature": self.plan.temperature},
+                "sampling": {
+                    "k": self.plan.evaluation.k,
+                    "temperature": self.plan.evaluation.temperature,
+                },
                 "passk_trained": {
                     "before": before["passk_trained"],
                     "after": after["passk_trained"],

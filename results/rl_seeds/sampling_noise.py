@@ -11,15 +11,15 @@ from glmflash.train.checkpoint import load_model
 
 plan = PipelinePlan.full(0)
 model, _ = load_model("runs/pipeline/pretrain/run/checkpoints/step_000160", "cpu")
-todo = tasks("confirm", FAMILIES, per_family=plan.confirm_per_family, seed=plan.pretrain.seed)
+todo = tasks("confirm", FAMILIES, per_family=plan.evaluation.per_family, seed=plan.pretrain.seed)
 for seed in (0, 1, 2):
     r = evaluate_tasks(
         model,
         todo,
         "sample",
-        samples=plan.pass_k,
-        temperature=0.8,
+        samples=plan.evaluation.k,
+        temperature=plan.evaluation.temperature,
         seed=seed,
-        max_new_tokens=plan.max_new_tokens,
+        max_new_tokens=plan.evaluation.max_new_tokens,
     )
     print(f"sampling seed {seed}:", {f: v[0] for f, v in r.passing_samples().items()}, flush=True)
