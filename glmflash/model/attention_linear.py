@@ -26,10 +26,10 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from glmflash.config import ModelConfig
-from glmflash.model.rope import RotaryEmbedding
+from glmflash.model.heads import HeadProjections
 
 EPS = 1e-6
 
@@ -131,44 +131,24 @@ def elu_linear_attention_chunked(
     return torch.cat(ys, dim=2), LinearState(S, z)
 
 
-class LinearAttention(nn.Module):
+class LinearAttention(HeadProjections):
     """Multi-head ELU+1 linear attention: projections, RoPE before phi (unless nope_main)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        d = cfg.d_model
-        self.n_heads, self.head_dim, self.chunk = cfg.n_heads, cfg.head_dim, cfg.linear_chunk
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
-        self.rope = (
-            None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_theta)
-        )
-
-    def init_weights(self, std: float, out_std: float) -> None:
-        """q, k, v ~ N(0, std); o, which writes into the residual streams, ~ N(0, out_std)."""
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.normal_(proj.weight, std=std)
-        nn.init.normal_(self.o_proj.weight, std=out_std)
+        super().__init__(cfg)
+        self.chunk = cfg.linear_chunk
 
     def forward(
         self, x: Tensor, state: LinearState | None = None, offset: int = 0
     ) -> tuple[Tensor, LinearState]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], state after x)."""
-        B, T, d = x.shape
-        q, k, v = (
-            proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        if self.rope is not None:
-            q, k = self.rope(q, offset), self.rope(k, offset)
-        if T == 1:
+        q, k, v = self.heads(x, offset)
+        if x.shape[1] == 1:
             y, state = elu_linear_attention_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], state)
             y = y[:, :, None]
         else:
             y, state = elu_linear_attention_chunked(q, k, v, state, self.chunk)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, d)), state
+        return self.merge(y), state
 
 
 __all__ = [

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glmflash.config import ModelConfig
+from glmflash.model.heads import HeadProjections
 from glmflash.model.rope import RotaryEmbedding
 
 
@@ -130,44 +131,24 @@ class LightningIndexer(nn.Module):
         return chosen[:, :, j // P] & (j[None, :] <= t[:, None])
 
 
-class SparseAttention(nn.Module):
-    """Multi-head softmax attention over a sparse set of causal keys, with a KV cache."""
+class SparseAttention(HeadProjections):
+    """Multi-head softmax attention over a sparse set of causal keys, with a KV cache. The
+    indexer keeps its own init (it is trained towards the main attention)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        d = cfg.d_model
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        super().__init__(cfg)
         self.window, self.stride = cfg.sparse_window, cfg.sparse_stride
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
-        self.rope = (
-            None if cfg.nope_main else RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_theta)
-        )
         self.indexer = LightningIndexer(cfg) if cfg.sparse_kind == "indexer" else None
         self.dense_warmup = False
         self.collect_indexer_loss = False
         self.indexer_kl: Tensor | None = None
 
-    def init_weights(self, std: float, out_std: float) -> None:
-        """q, k, v ~ N(0, std); o, which writes into the residual streams, ~ N(0, out_std).
-        The indexer keeps its own init (it is trained towards the main attention)."""
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.normal_(proj.weight, std=std)
-        nn.init.normal_(self.o_proj.weight, std=out_std)
-
     def forward(
         self, x: Tensor, state: KVCache | None = None, offset: int = 0
     ) -> tuple[Tensor, KVCache]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x)."""
-        B, T, d = x.shape
-        q, k, v = (
-            proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        if self.rope is not None:
-            q, k = self.rope(q, offset), self.rope(k, offset)
+        T = x.shape[1]
+        q, k, v = self.heads(x, offset)
         index_k = self.indexer.keys(x, offset) if self.indexer is not None else None
         if state is not None:
             k, v = torch.cat((state.k, k), dim=2), torch.cat((state.v, v), dim=2)
@@ -188,7 +169,7 @@ class SparseAttention(nn.Module):
                     self.indexer_kl = self._indexer_kl(q, k, causal, scores)
                 mask = causal if self.dense_warmup else self.indexer.select(scores, L)[:, None]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, d)), KVCache(k, v, index_k)
+        return self.merge(y), KVCache(k, v, index_k)
 
     def _indexer_kl(self, q: Tensor, k: Tensor, causal: Tensor, scores: Tensor) -> Tensor:
         """KL(p || softmax(scores)), p = dense causal attention, head mean, per key group."""

@@ -235,8 +235,13 @@ def test_each_module_initialises_itself_as_before(options, monkeypatch):
 
 
 def test_an_attention_without_its_own_init_is_refused(monkeypatch):
-    from glmflash.model import attention_linear
+    """A new variant that neither defines init_weights nor inherits HeadProjections'."""
 
-    monkeypatch.delattr(attention_linear.LinearAttention, "init_weights")
+    class Bare(torch.nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            self.o_proj = torch.nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    monkeypatch.setattr("glmflash.model.lm.make_attention", lambda cfg, kind: Bare(cfg))
     with pytest.raises(AttributeError, match="init_weights"):
         GLMFlash(model_config("tiny"))
