@@ -194,18 +194,23 @@ def set_scope(model: GLMFlash, scope: str) -> int:
 
 class Scored(NamedTuple):
     """Completion positions of a right-padded batch [N, L]: log pi of each sampled token,
-    the mask of real positions, the token ids, and the policy's entropy there (no gradient)."""
+    the mask of real positions, the token ids, and the policy's entropy there (no gradient;
+    None unless asked for)."""
 
     logp: Tensor
     mask: Tensor
     ids: Tensor
-    entropy: Tensor
+    entropy: Tensor | None = None
 
 
 def sequence_logprobs(
-    model: GLMFlash, prompts: list[list[int]], completions: list[list[int]]
+    model: GLMFlash,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    with_entropy: bool = False,
 ) -> Scored:
-    """Per-token log pi of each completion given its prompt, in one right-padded batch."""
+    """Per-token log pi of each completion given its prompt, in one right-padded batch; with
+    `with_entropy`, also the policy's entropy at each scored position."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
     T = max(len(s) for s in seqs)
     device = next(model.parameters()).device
@@ -218,8 +223,10 @@ def sequence_logprobs(
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     log_probs = torch.log_softmax(logits, -1)
     logp = log_probs.gather(-1, ids[:, 1:, None]).squeeze(-1)
-    with torch.no_grad():
-        entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
     return Scored(logp * mask, mask, ids[:, 1:], entropy)
 
 
@@ -280,7 +287,10 @@ def train_rl(
     trainable = set_scope(model, cfg.scope)
     log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope})")
     # the initial policy: the KL penalty's anchor when kl > 0, and always the health metric's
-    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    # (the supervised control samples nothing and logs no KL: it needs no copy)
+    reference = None
+    if cfg.objective == "rloo":
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
     ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = rl_optimizer(params, cfg)
@@ -487,7 +497,7 @@ def policy_update(
     stats: dict[str, Any] = {}
     old, clip_fractions = None, []
     for epoch in range(cfg.update_epochs):
-        scored = sequence_logprobs(model, chosen, ids)
+        scored = sequence_logprobs(model, chosen, ids, with_entropy=epoch == 0)
         logp, mask = scored.logp, scored.mask
         if epoch == 0:
             stats["entropy"] = float(scored.entropy.sum() / mask.sum().clamp_min(1))

@@ -78,7 +78,7 @@ def test_sequence_logprobs_match_one_at_a_time():
     model = tiny_model().double().eval()
     prompts = [tok.encode("def f(x):\n"), tok.encode("# a\ndef gg(y):\n")]
     comps = [tok.encode("    return x\n"), tok.encode("  z")]
-    logp, mask, _, _ = sequence_logprobs(model, prompts, comps)
+    logp, mask, *_ = sequence_logprobs(model, prompts, comps)
     for i, (p, c) in enumerate(zip(prompts, comps, strict=True)):
         ids = torch.tensor([[tok.BOS, *p, *c]])
         ref = torch.log_softmax(model(ids[:, :-1]).logits, -1)[0, len(p) :]
@@ -100,7 +100,7 @@ def test_equal_rewards_give_zero_gradient():
         model, None, opt, params, [c.prompt_ids for c in comps], comps, adv, RLConfig()
     )["loss"]
     assert loss == 0.0 and all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
-    logp, mask, _, _ = sequence_logprobs(
+    logp, mask, *_ = sequence_logprobs(
         model, [c.prompt_ids for c in comps], [c.ids or [tok.EOS] for c in comps]
     )
     policy_surrogate(logp, mask, adv.float()).loss.backward()
@@ -121,7 +121,7 @@ def test_ptx_adds_the_pretraining_loss():
     model.train()
     with torch.no_grad():
         ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
-        logp, mask, _, _ = sequence_logprobs(model, prompts, ids)
+        logp, mask, *_ = sequence_logprobs(model, prompts, ids)
         expected = float(policy_surrogate(logp, mask, adv.float()).loss + 0.5 * model(x, y).loss)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
@@ -326,7 +326,7 @@ def test_ppo_epochs_at_rest_have_the_plain_gradient():
     assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
     model.zero_grad()
     ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
-    logp, mask, _, _ = sequence_logprobs(model, prompts, ids)
+    logp, mask, *_ = sequence_logprobs(model, prompts, ids)
     expected = -sum(a * logp[i][mask[i]].mean() for i, a in enumerate(adv.tolist())) / 4
     expected.backward()
     for p, g in zip(params, got, strict=True):
@@ -398,7 +398,7 @@ def test_sft_step_lowers_the_reference_bodies_loss():
 
     def nll() -> float:
         with torch.no_grad():
-            logp, mask, _, _ = sequence_logprobs(model, prompts, bodies)
+            logp, mask, *_ = sequence_logprobs(model, prompts, bodies)
         return float(-logp.sum() / mask.sum())
 
     before = nll()
