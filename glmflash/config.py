@@ -234,9 +234,7 @@ class PretrainConfig:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
         if self.corpus not in CORPORA:
-            raise ConfigError(
-                f"corpus must be tasks, compositions, stdlib or mix, got {self.corpus!r}"
-            )
+            raise ConfigError(f"corpus must be one of {', '.join(CORPORA)}, got {self.corpus!r}")
         if self.precision not in ("bf16", "fp32"):
             raise ConfigError(f"precision must be bf16 or fp32, got {self.precision!r}")
         if self.optimizer not in ("adamw", "muon"):

@@ -35,16 +35,12 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def config_fields(cls: type) -> list[dataclasses.Field]:
-    return list(dataclasses.fields(cls))
-
-
 def add_config_flags(
     parser: argparse.ArgumentParser | Any, cls: type, skip: Sequence[str] = ()
 ) -> None:
     """One flag per field of dataclass `cls` (except `skip`), all defaulting to None."""
     hints = typing.get_type_hints(cls)
-    for f in config_fields(cls):
+    for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         kind, doc = hints[f.name], f.metadata.get("help")
@@ -65,7 +61,7 @@ def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     """The fields of `cls` the user set on the command line."""
     return {
         f.name: getattr(args, f.name)
-        for f in config_fields(cls)
+        for f in dataclasses.fields(cls)
         if getattr(args, f.name, None) is not None
     }
 
@@ -74,4 +70,4 @@ def _shown(value: Any) -> str:
     return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
-__all__ = ["add_config_flags", "config_fields", "flag_name", "given", "setting"]
+__all__ = ["add_config_flags", "flag_name", "given", "setting"]

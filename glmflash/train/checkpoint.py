@@ -1,8 +1,11 @@
-"""Model checkpoints: safetensors weights + a JSON file with the config and metadata.
+"""Checkpoints: safetensors weights + a JSON file with the config and metadata, and, for a
+training run, the whole training state beside them.
 
 A checkpoint is a folder:
     model.safetensors   weights (the tied head is stored once, as the embedding)
     config.json         {"model": ModelConfig fields, "meta": {...,"sha256": hash of weights}}
+    train_state.pt      optimizer, RNG states and step (training checkpoints only: an exact
+                        resume)
 Folders are written atomically (a temporary folder, then a rename), so a crash never leaves a
 half-written checkpoint. Every failure to load is a `CheckpointError` naming the file.
 """

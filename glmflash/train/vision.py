@@ -380,16 +380,15 @@ def train_vision(
     plots: bool = True,
 ) -> dict[str, Any]:
     """Train the vision path, evaluate it, write everything to `out`; returns the results."""
-    c = cfg
     out = Path(out)
     if (out / RESULTS).exists():
         raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
     dev = resolve_device(device)
-    amp = autocast_dtype(dev, c.precision)
+    amp = autocast_dtype(dev, cfg.precision)
     if amp is not None and (warning := bf16_warning(dev)):
         print(warning, file=sys.stderr)
     t_start = time.perf_counter()
-    vlm = build_model(init, c.preset, c.tower, c.seed, dev)
+    vlm = build_model(init, cfg.preset, cfg.tower, cfg.seed, dev)
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / METRICS).write_text("")
@@ -398,28 +397,35 @@ def train_vision(
         raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
 
     common = dict(
-        warmup=c.warmup,
-        weight_decay=c.weight_decay,
-        seed=c.seed,
+        warmup=cfg.warmup,
+        weight_decay=cfg.weight_decay,
+        seed=cfg.seed,
         dev=dev,
         amp=amp,
         out=out,
         progress=progress,
     )
     t0 = time.perf_counter()
-    if c.align_steps:
+    if cfg.align_steps:
         train_steps(
-            vlm, "align", c.align_steps, 0, c.align_batch_size, c.align_lr, scope="vision", **common
+            vlm,
+            "align",
+            cfg.align_steps,
+            0,
+            cfg.align_batch_size,
+            cfg.align_lr,
+            scope="vision",
+            **common,
         )
     align_seconds = time.perf_counter() - t0
     params, loss_value = train_steps(
         vlm,
         "full",
-        c.steps,
-        c.align_steps * c.align_batch_size,
-        c.batch_size,
-        c.lr,
-        scope=c.train_scope,
+        cfg.steps,
+        cfg.align_steps * cfg.align_batch_size,
+        cfg.batch_size,
+        cfg.lr,
+        scope=cfg.train_scope,
         **common,
     )
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
@@ -428,18 +434,20 @@ def train_vision(
     t1 = time.perf_counter()
     results: dict[str, Any] = {}
     for split in ("heldout", "far", "train"):
-        images, labels = evaluation_set(split, c.eval_size, c.seed)
+        images, labels = evaluation_set(split, cfg.eval_size, cfg.seed)
         preds = predict_all(vlm, images, dev, amp)
         k = int((preds == labels).sum())
-        results[f"{split}_correct"] = [k, c.eval_size]
-        results[f"{split}_accuracy"] = k / c.eval_size
+        results[f"{split}_correct"] = [k, cfg.eval_size]
+        results[f"{split}_accuracy"] = k / cfg.eval_size
         if split == "heldout":
             matrix = confusion_matrix(labels, preds)
             results["heldout_confusion"] = matrix.tolist()
             if plots:
                 plot_grid(images, labels, preds, out / "heldout_grid.png")
                 plot_confusion(
-                    matrix, out / "confusion.png", f"held-out renderings: {k}/{c.eval_size} correct"
+                    matrix,
+                    out / "confusion.png",
+                    f"held-out renderings: {k}/{cfg.eval_size} correct",
                 )
     extra = digits.sklearn_digits()
     if extra is None:
@@ -451,15 +459,15 @@ def train_vision(
 
     meta = {
         "init": str(init) if init is not None else None,
-        "preset": c.preset if init is None else None,
-        "train_scope": c.train_scope,
-        "steps": c.steps,
-        "seed": c.seed,
+        "preset": cfg.preset if init is None else None,
+        "train_scope": cfg.train_scope,
+        "steps": cfg.steps,
+        "seed": cfg.seed,
     }
-    save_vision(out / CHECKPOINT, vlm, c.tower, with_lm=lm_trained or init is None, **meta)
+    save_vision(out / CHECKPOINT, vlm, cfg.tower, with_lm=lm_trained or init is None, **meta)
     results.update(
         {
-            **dataclasses.asdict(c),
+            **dataclasses.asdict(cfg),
             "init": meta["init"],
             "preset": meta["preset"],
             "align_seconds": align_seconds,
