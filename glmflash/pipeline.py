@@ -23,14 +23,14 @@ import resource
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.errors import CLIError
-from glmflash.evaluate.config import EvalConfig
+from glmflash.evaluate.config import EvalConfig, Sampling
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
 
@@ -97,7 +97,7 @@ class PipelinePlan:
                 max_new_tokens=12,
             ),
             VisionConfig(steps=3, align_steps=3, eval_size=20),
-            EvalConfig(per_family=1, per_rung=2, k=2, max_new_tokens=12),
+            EvalConfig(per_family=1, per_rung=2, sampling=Sampling("sample", 2, max_new_tokens=12)),
         )
 
 
@@ -166,27 +166,14 @@ class Pipeline:
 
         p, e = self.plan, self.plan.evaluation
         model, _ = load_model(checkpoint, resolve_device(self.device))
-        ladder = evaluate_rungs(
-            model,
-            RUNGS,
-            "confirm",
-            e.per_rung,
-            p.pretrain.seed,
-            max_new_tokens=e.max_new_tokens,
-        )
+        seed = p.pretrain.seed
+        greedy_draw = replace(e.greedy(), seed=seed)
+        ladder = evaluate_rungs(model, RUNGS, "confirm", e.per_rung, greedy_draw)
         (folder / "ladder.json").write_text(json.dumps(ladder["greedy"].to_json(), indent=2))
-        todo = tasks("confirm", FAMILIES, per_family=e.per_family, seed=p.pretrain.seed)
+        todo = tasks("confirm", FAMILIES, per_family=e.per_family, seed=seed)
         trained = [t for t in todo if t.family in TRAINED]
-        greedy = evaluate_tasks(model, trained, "greedy", max_new_tokens=e.max_new_tokens)
-        sampled = evaluate_tasks(
-            model,
-            todo,
-            "sample",
-            samples=e.k,
-            temperature=e.temperature,
-            seed=p.pretrain.seed,
-            max_new_tokens=e.max_new_tokens,
-        )
+        greedy = evaluate_tasks(model, trained, greedy_draw)
+        sampled = evaluate_tasks(model, todo, replace(e.sampling, seed=seed))
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
         return {
@@ -265,8 +252,8 @@ class Pipeline:
                     "after": after["greedy_pass1_trained"],
                 },
                 "sampling": {
-                    "k": self.plan.evaluation.k,
-                    "temperature": self.plan.evaluation.temperature,
+                    "k": self.plan.evaluation.sampling.pass_k,
+                    "temperature": self.plan.evaluation.sampling.temperature,
                 },
                 "passk_trained": {
                     "before": before["passk_trained"],

@@ -15,18 +15,21 @@ from typing import Any
 from glmflash import tokenizer as tok
 from glmflash.data.code_tasks import CodeTask
 from glmflash.errors import CLIError
+from glmflash.evaluate.config import GREEDY, Sampling
 from glmflash.evaluate.passk import pass_at_k
+from glmflash.flags import add_config_flags, given
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
-
-MAX_NEW_TOKENS = 128  # evaluation budget per completion: room for step-by-step depth-3 bodies
 
 
 @dataclass
 class EvalResult:
+    """Scores of one evaluation with the sampling that produced them."""
+
     mode: str  # greedy | sample
     k: int
-    n_samples: int
+    n_samples: int  # completions drawn per task
+    temperature: float = 0.0  # of the draws: 0 for greedy
     per_family: dict[str, list[float]] = field(default_factory=dict)  # group -> [score, n]
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -64,6 +67,7 @@ class EvalResult:
             "mode": self.mode,
             "k": self.k,
             "n_samples": self.n_samples,
+            "temperature": self.temperature,
             "pass_rate": self.pass_rate,
             "solved": self.counts(),
             "per_family": self.per_family,
@@ -82,30 +86,19 @@ def completion_source(task: CodeTask, completion: str) -> str:
 def evaluate_tasks(
     model: GLMFlash,
     tasks: Sequence[CodeTask],
-    mode: str = "greedy",
-    samples: int = 8,
-    k: int | None = None,
-    temperature: float = 0.8,
-    top_p: float = 1.0,
-    seed: int = 0,
-    max_new_tokens: int = MAX_NEW_TOKENS,
+    sampling: Sampling = GREEDY,
     groups: Sequence[str] | None = None,
     min_room: int = 0,
 ) -> EvalResult:
-    """Greedy pass@1 (mode 'greedy') or sampled pass@k over `samples` draws per task, scored
-    per group: `groups[i]` labels task i (default: its family; a ladder rung, say).
+    """Greedy pass@1 or sampled pass@k (`sampling`), scored per group: `groups[i]` labels
+    task i (default: its family; a ladder rung, say).
 
     With `min_room` > 0, a prompt that would leave fewer than `min_room` tokens of the model's
     context to answer in is shown without its first bytes (its records say `prompt_cut`);
     the program judged is always the whole prompt followed by the completion."""
     from glmflash.verify import verify_many
 
-    if mode not in ("greedy", "sample"):
-        raise ValueError(f"mode must be greedy or sample, got {mode!r}")
-    n = 1 if mode == "greedy" else samples
-    k = 1 if mode == "greedy" else (k or samples)
-    if k > n:
-        raise ValueError(f"k={k} exceeds samples={n}")
+    n, k = sampling.n, sampling.pass_k
     labels = [t.family for t in tasks] if groups is None else list(groups)
     if len(labels) != len(tasks):
         raise ValueError(f"{len(labels)} group labels for {len(tasks)} tasks")
@@ -121,15 +114,15 @@ def evaluate_tasks(
     completions = generate(
         model,
         prompts,
-        max_new_tokens=max_new_tokens,
-        temperature=0.0 if mode == "greedy" else temperature,
-        top_p=top_p,
-        seed=seed,
+        max_new_tokens=sampling.max_new_tokens,
+        temperature=sampling.draw_temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
     )
     owners = [(t, g) for t, g in zip(tasks, labels, strict=True) for _ in range(n)]
     sources = [completion_source(t, c.text) for (t, _), c in zip(owners, completions, strict=True)]
     verdicts = verify_many(sources, [t.task for t, _ in owners])
-    result = EvalResult(mode, k, n)
+    result = EvalResult(sampling.mode, k, n, sampling.draw_temperature)
     passed: dict[int, int] = defaultdict(int)
     for i, ((t, g), c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
         passed[i // n] += v.status == "pass"
@@ -173,7 +166,7 @@ def add_arguments(p) -> None:
         default=None,
         help="evaluate the task ladder per rung instead of the families: `all` "
         "(the default when the flag is given alone) or names separated by "
-        "commas; greedy pass@1 and, with --samples > 0, sampled pass@k",
+        "commas; greedy pass@1 and, with --mode sample, sampled pass@k",
     )
     p.add_argument("--per-rung", type=int, default=24, help="tasks per rung")
     p.add_argument(
@@ -195,18 +188,12 @@ def add_arguments(p) -> None:
         action="store_true",
         help="with --tasks or --benchmark: skip the tasks whose records --out already holds",
     )
-    p.add_argument("--mode", choices=("greedy", "sample"), default="greedy")
-    p.add_argument("--samples", type=int, default=8)
-    p.add_argument("--k", type=int, default=None, help="k of pass@k (default: --samples)")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0, help="task seed and sampling seed")
-    p.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    add_config_flags(p, Sampling)  # --seed also draws the tasks
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=None, help="JSON file for every prompt, completion, verdict")
 
 
-def run_user_tasks(model, todo: list[CodeTask], args) -> dict[str, Any]:
+def run_user_tasks(model, todo: list[CodeTask], sampling: Sampling, args) -> dict[str, Any]:
     """--tasks FILE or --benchmark humaneval: records beside --out (OUT.records.jsonl), saved as
     they are made, so --resume evaluates nothing twice."""
     from pathlib import Path
@@ -216,19 +203,7 @@ def run_user_tasks(model, todo: list[CodeTask], args) -> dict[str, Any]:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     records = out.with_suffix(".records.jsonl")
-    summary = evaluate_saved(
-        model,
-        todo,
-        records,
-        args.resume,
-        args.mode,
-        args.samples,
-        args.k,
-        args.temperature,
-        args.top_p,
-        args.seed,
-        args.max_new_tokens,
-    )
+    summary = evaluate_saved(model, todo, records, args.resume, sampling)
     return {
         "checkpoint": str(args.checkpoint),
         "tasks": args.tasks or args.benchmark,
@@ -251,6 +226,7 @@ def run(args) -> int:
     if args.resume and not (args.tasks or args.benchmark):
         raise CLIError("--resume applies to --tasks and --benchmark")
     try:
+        sampling = Sampling(**given(Sampling, args))
         rungs = parse_rungs(args.rungs) if args.rungs is not None else None
         if args.tasks or args.benchmark:
             from glmflash.evaluate.user_tasks import humaneval_tasks, load_tasks
@@ -262,41 +238,21 @@ def run(args) -> int:
                 )
             todo = load_tasks(args.tasks) if args.tasks else humaneval_tasks()
             model, _ = load_model(args.checkpoint, resolve_device(args.device))
-            summary = run_user_tasks(model, todo, args)
+            summary = run_user_tasks(model, todo, sampling, args)
             Path(args.out).write_text(json.dumps(summary, indent=2))
             print(json.dumps(summary))
             return 0
         model, _ = load_model(args.checkpoint, resolve_device(args.device))
         if rungs is not None:
-            results = evaluate_rungs(
-                model,
-                rungs,
-                args.split,
-                args.per_rung,
-                args.seed,
-                args.samples,
-                args.k,
-                args.temperature,
-                args.max_new_tokens,
-            )
+            results = evaluate_rungs(model, rungs, args.split, args.per_rung, sampling)
         else:
             todo = tasks(
                 args.split,
                 [f for f in args.families.split(",") if f],
                 per_family=args.per_family,
-                seed=args.seed,
+                seed=sampling.seed,
             )
-            result = evaluate_tasks(
-                model,
-                todo,
-                args.mode,
-                args.samples,
-                args.k,
-                args.temperature,
-                args.top_p,
-                args.seed,
-                args.max_new_tokens,
-            )
+            result = evaluate_tasks(model, todo, sampling)
     except (CheckpointError, ValueError, FileNotFoundError) as e:
         raise CLIError(str(e)) from None
     if rungs is not None:

@@ -11,11 +11,13 @@ model that writes what the name says fails it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from glmflash.data import ladder
 from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks
-from glmflash.evaluate.coding import MAX_NEW_TOKENS, EvalResult, evaluate_tasks
+from glmflash.evaluate.coding import EvalResult, evaluate_tasks
+from glmflash.evaluate.config import GREEDY, Sampling
 from glmflash.model.lm import GLMFlash
 
 SEED_RUNGS = {
@@ -55,33 +57,17 @@ def evaluate_rungs(
     rungs: Sequence[str],
     split: str = "confirm",
     per_rung: int = 24,
-    seed: int = 0,
-    samples: int = 0,
-    k: int | None = None,
-    temperature: float = 0.8,
-    max_new_tokens: int = MAX_NEW_TOKENS,
+    sampling: Sampling = GREEDY,
 ) -> dict[str, EvalResult]:
-    """Greedy pass@1 per rung, and sampled pass@k over `samples` draws when samples > 0, as
-    EvalResults grouped by rung (`result.per_family[rung]` is [solved, n])."""
-    todo = [(r, t) for r in rungs for t in rung_tasks(r, split, per_rung, seed)]
+    """Greedy pass@1 per rung, and sampled pass@k too when `sampling` samples, as EvalResults
+    grouped by rung (`result.per_family[rung]` is [solved, n]). The tasks are drawn with
+    `sampling.seed`."""
+    todo = [(r, t) for r in rungs for t in rung_tasks(r, split, per_rung, sampling.seed)]
     labels, tasks = [r for r, _ in todo], [t for _, t in todo]
-    out = {
-        "greedy": evaluate_tasks(
-            model, tasks, "greedy", max_new_tokens=max_new_tokens, groups=labels
-        )
-    }
-    if samples:
-        out["sampled"] = evaluate_tasks(
-            model,
-            tasks,
-            "sample",
-            samples,
-            k,
-            temperature,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            groups=labels,
-        )
+    greedy = replace(sampling, mode="greedy")
+    out = {"greedy": evaluate_tasks(model, tasks, greedy, groups=labels)}
+    if sampling.mode == "sample":
+        out["sampled"] = evaluate_tasks(model, tasks, sampling, groups=labels)
     return out
 
 

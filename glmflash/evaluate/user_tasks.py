@@ -15,10 +15,12 @@ the sandbox. A task's id is its line number (or HumanEval's task id), so a rerun
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from glmflash.data.code_tasks import CodeTask
+from glmflash.evaluate.config import GREEDY, Sampling
 from glmflash.verify.task import CheckTask, parse_json, task_from_json
 
 
@@ -96,13 +98,7 @@ def evaluate_saved(
     tasks: list[CodeTask],
     records_path: Path,
     resume: bool,
-    mode: str = "greedy",
-    samples: int = 8,
-    k: int | None = None,
-    temperature: float = 0.8,
-    top_p: float = 1.0,
-    seed: int = 0,
-    max_new_tokens: int = 128,
+    sampling: Sampling = GREEDY,
 ) -> dict[str, Any]:
     """Evaluate `tasks` CHUNK at a time, appending every record (with its task's id) to
     `records_path` as each chunk finishes; with `resume`, tasks whose records are there are
@@ -113,8 +109,7 @@ def evaluate_saved(
     from glmflash.evaluate.passk import pass_at_k
     from glmflash.train.progress import Progress
 
-    n = 1 if mode == "greedy" else samples
-    k = 1 if mode == "greedy" else (k or samples)
+    n, k = sampling.n, sampling.pass_k
     saved: dict[str, list[dict]] = {}
     if resume and records_path.is_file():
         for line in records_path.read_text().splitlines():
@@ -128,18 +123,8 @@ def evaluate_saved(
     progress = Progress(len(tasks), len(tasks) - len(todo), unit="task", desc="eval", every_s=0.0)
     for start in range(0, len(todo), CHUNK):
         chunk = todo[start : start + CHUNK]
-        result = evaluate_tasks(
-            model,
-            chunk,
-            mode,
-            samples,
-            k,
-            temperature,
-            top_p,
-            derive_seed("eval", seed, chunk[0].name),
-            max_new_tokens,
-            min_room=MIN_ROOM,
-        )
+        seed = derive_seed("eval", sampling.seed, chunk[0].name)
+        result = evaluate_tasks(model, chunk, replace(sampling, seed=seed), min_room=MIN_ROOM)
         rows = [
             {"id": t.name, **r}
             for t, r in zip((t for t in chunk for _ in range(n)), result.records, strict=True)
@@ -158,9 +143,10 @@ def evaluate_saved(
         entry[1] += 1
     overall = [sum(v[0] for v in per_group.values()), len(tasks)]
     return {
-        "mode": mode,
+        "mode": sampling.mode,
         "k": k,
         "n_samples": n,
+        "temperature": sampling.draw_temperature,
         "per_group": per_group,
         "overall": overall,
         "pass_rate": overall[0] / overall[1],

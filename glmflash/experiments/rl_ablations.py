@@ -32,6 +32,7 @@ from typing import Any
 
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
+from glmflash.evaluate.config import Sampling
 from glmflash.experiments.registry import Experiment, register
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.checkpoint import checkpoint_dirs
@@ -94,9 +95,10 @@ def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
         summary = train_rl(init, folder, cfg, device="cpu", log=lambda _: None, progress=False)
         model, _ = ckpt.load_model(checkpoint_dirs(folder)[-1])
         rows = list(read_jsonl(folder / "metrics.jsonl"))
-    result = evaluate_tasks(model, dev, max_new_tokens=cfg.max_new_tokens)
+    greedy = Sampling(max_new_tokens=cfg.max_new_tokens)
+    result = evaluate_tasks(model, dev, greedy)
     passed, total = result.counts()
-    untrained = evaluate_tasks(model, held, max_new_tokens=cfg.max_new_tokens).pass_rate
+    untrained = evaluate_tasks(model, held, greedy).pass_rate
     return {
         "dev_pass1": passed / total,
         "dev_passed": passed,

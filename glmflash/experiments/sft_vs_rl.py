@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.rungs import evaluate_rungs
 from glmflash.experiments.registry import Experiment, register
 from glmflash.train import checkpoint as ckpt
@@ -77,7 +78,7 @@ def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
         model, _ = ckpt.load_model(checkpoint_dirs(Path(tmp))[-1])
         rows = list(read_jsonl(Path(tmp) / "metrics.jsonl"))
     train_seconds = time.perf_counter() - t0
-    greedy = evaluate_rungs(model, RUNGS, "dev", per_rung, EVAL_SEED)["greedy"]
+    greedy = evaluate_rungs(model, RUNGS, "dev", per_rung, Sampling(seed=EVAL_SEED))["greedy"]
     rates = {r: k / n for r, (k, n) in greedy.per_family.items()}
     health = {}
     for key in HEALTH:

@@ -40,7 +40,8 @@ from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks, tasks
 from glmflash.device import resolve_device
 from glmflash.errors import CLIError
-from glmflash.evaluate.coding import MAX_NEW_TOKENS, completion_source, evaluate_tasks
+from glmflash.evaluate.coding import completion_source, evaluate_tasks
+from glmflash.evaluate.config import MAX_NEW_TOKENS, Sampling
 from glmflash.flags import add_config_flags, given, setting
 from glmflash.generate import generate
 from glmflash.machine import machine_record
@@ -543,7 +544,7 @@ def _evaluate_dev(
     model, todo, cfg: RLConfig, out: Path, g: int, best: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Greedy dev pass@1; keep the best checkpoint by dev only (ties go to the later one)."""
-    result = evaluate_tasks(model, todo, max_new_tokens=cfg.max_new_tokens)
+    result = evaluate_tasks(model, todo, Sampling(max_new_tokens=cfg.max_new_tokens))
     score = result.pass_rate
     if best is None or score >= best["dev_pass1"]:
         best = {"group": g, "dev_pass1": score}

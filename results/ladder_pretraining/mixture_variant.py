@@ -8,7 +8,7 @@ step); D1-D3: the depths of their structures; LADDER_SHARE: the ladder's share o
 corpus. Writes runs/NAME; evaluate it with the default constants (a fresh process), so that
 the confirm tasks are those of the pipeline:
     glmflash eval --checkpoint runs/NAME/checkpoints/step_000160 --rungs all --per-rung 32 \
-        --split confirm --out NAME_eval.json
+        --split confirm --mode sample --out NAME_eval.json
 """
 
 import sys

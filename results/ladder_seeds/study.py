@@ -48,7 +48,7 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
 
     if not path.is_file():
         model, _ = load_model(checkpoint)
-        result = evaluate_rungs(model, RUNGS, "confirm", per_rung, seed=0)["greedy"]
+        result = evaluate_rungs(model, RUNGS, "confirm", per_rung)["greedy"]
         path.write_text(json.dumps(result.to_json()))
     return task_passes(json.loads(path.read_text()))
 
@@ -103,6 +103,7 @@ def summarise(
 
 def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[str, Any]:
     """rung -> {label: [pass@k for k = 1..64]}, 64 samples per task at temperature 0.8."""
+    from glmflash.evaluate.config import Sampling
     from glmflash.evaluate.passk import mean_pass_at_k
     from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
     from glmflash.train.checkpoint import load_model
@@ -112,9 +113,8 @@ def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[
         path = work / f"passk_{label}.json"
         if not path.is_file():
             model, _ = load_model(ckpt)
-            res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, seed=0, samples=PASSK_SAMPLES)[
-                "sampled"
-            ]
+            draws = Sampling("sample", PASSK_SAMPLES)
+            res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, draws)["sampled"]
             path.write_text(json.dumps(res.to_json()))
         records = json.loads(path.read_text())["records"]
         for rung in RUNGS:

@@ -4,6 +4,8 @@ Needs runs/pipeline from `glmflash pipeline`.
 Run: .venv/bin/python results/rl_seeds/sampling_noise.py > results/rl_seeds/sampling_noise.txt
 """
 
+from dataclasses import replace
+
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.pipeline import PipelinePlan
@@ -13,13 +15,5 @@ plan = PipelinePlan.full(0)
 model, _ = load_model("runs/pipeline/pretrain/run/checkpoints/step_000160", "cpu")
 todo = tasks("confirm", FAMILIES, per_family=plan.evaluation.per_family, seed=plan.pretrain.seed)
 for seed in (0, 1, 2):
-    r = evaluate_tasks(
-        model,
-        todo,
-        "sample",
-        samples=plan.evaluation.k,
-        temperature=plan.evaluation.temperature,
-        seed=seed,
-        max_new_tokens=plan.evaluation.max_new_tokens,
-    )
+    r = evaluate_tasks(model, todo, replace(plan.evaluation.sampling, seed=seed))
     print(f"sampling seed {seed}:", {f: v[0] for f, v in r.passing_samples().items()}, flush=True)

@@ -8,6 +8,7 @@ from glmflash.config import model_config
 from glmflash.data.code_tasks import tasks
 from glmflash.evaluate import coding
 from glmflash.evaluate.coding import EvalResult, evaluate_tasks
+from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.model.lm import GLMFlash
 
@@ -22,9 +23,8 @@ def test_passing_samples_by_hand():
 def test_sampled_scores_follow_the_records():
     todo = tasks("dev", ["increment", "even"], per_family=2, seed=0)
     torch.manual_seed(0)
-    res = evaluate_tasks(
-        GLMFlash(model_config("tiny")), todo, "sample", samples=3, k=2, seed=1, max_new_tokens=6
-    )
+    draws = Sampling("sample", samples=3, k=2, seed=1, max_new_tokens=6)
+    res = evaluate_tasks(GLMFlash(model_config("tiny")), todo, draws)
     assert len(res.records) == 12 and res.to_json()["passing_samples"] == res.passing_samples()
     for family in ("increment", "even"):
         mine = [r for r in res.records if r["family"] == family]
@@ -77,7 +77,7 @@ def test_sampled_scores_belong_to_their_own_task(monkeypatch, k, expected):
         t.prompt: [t.reference] * c + [WRONG] * (4 - c) for t, c in zip(todo, passing, strict=True)
     }
     monkeypatch.setattr(coding, "generate", scripted_generate(plan))
-    res = evaluate_tasks(None, todo, "sample", samples=4, k=k, groups=["a", "a", "b", "c"])
+    res = evaluate_tasks(None, todo, Sampling("sample", 4, k), groups=["a", "a", "b", "c"])
     assert [(r["name"], r["completion"], r["status"] == "pass") for r in res.records] == [
         (t.name, text, text == t.reference) for t in todo for text in plan[t.prompt]
     ]

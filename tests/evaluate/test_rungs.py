@@ -11,6 +11,7 @@ from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
 from glmflash.evaluate import coding
 from glmflash.evaluate.coding import evaluate_tasks
+from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, parse_rungs, rung_table, rung_tasks
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
@@ -53,12 +54,12 @@ def test_batched_rungs_equal_one_rung_at_a_time(monkeypatch):
         ]
 
     monkeypatch.setattr(coding, "generate", fake_generate)
-    results = evaluate_rungs(None, rungs, "dev", per_rung=6, seed=2, samples=2, k=2)
+    results = evaluate_rungs(None, rungs, "dev", 6, Sampling("sample", 2, 2, seed=2))
     table = rung_table(results)
     assert list(table) == list(rungs)
     for rung in rungs:
         todo = rung_tasks(rung, "dev", 6, 2)
-        alone = evaluate_tasks(None, todo, "greedy")
+        alone = evaluate_tasks(None, todo)
         expected = sum(t.prompt in good for t in todo)
         assert table[rung]["greedy"] == [expected, 6] == [alone.solved, alone.total]
         assert table[rung]["samples"] == [2 * expected, 12] and table[rung]["pass@2"][1] == 6
@@ -80,6 +81,8 @@ def test_eval_command_per_rung_saves_every_record(tmp_path, capsys):
         "depth1,unseen_depth3",
         "--per-rung",
         "2",
+        "--mode",
+        "sample",
         "--samples",
         "2",
         "--max-new-tokens",
@@ -94,5 +97,9 @@ def test_eval_command_per_rung_saves_every_record(tmp_path, capsys):
     assert list(data["rungs"]) == ["depth1", "unseen_depth3"]
     assert len(data["greedy"]["records"]) == 4 and len(data["sampled"]["records"]) == 8
     assert {r["group"] for r in data["sampled"]["records"]} == {"depth1", "unseen_depth3"}
+    assert data["sampled"]["n_samples"] == 2 and data["sampled"]["temperature"] == 0.8
+    assert data["greedy"]["temperature"] == 0.0
     assert main([*args[:4], "--rungs", "depth9", "--device", "cpu"]) == 2
     assert "unknown rung depth9" in capsys.readouterr().err
+    assert main([*args, "--k", "3"]) == 2  # k above samples = 2
+    assert "k must be in [0, samples=2]" in capsys.readouterr().err

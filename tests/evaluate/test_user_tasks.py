@@ -13,6 +13,7 @@ from glmflash import cli
 from glmflash import tokenizer as tok
 from glmflash.config import model_config
 from glmflash.evaluate import coding, user_tasks
+from glmflash.evaluate.config import Sampling
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
@@ -99,7 +100,7 @@ def test_scores_come_from_the_saved_records_per_group(tmp_path, monkeypatch):
     tasks = user_tasks.load_tasks(write(tmp_path / "t.jsonl", [DOUBLE, CHECK]))
     records = tmp_path / "out.records.jsonl"
     model = GLMFlash(model_config("tiny"))
-    s = user_tasks.evaluate_saved(model, tasks, records, False, "sample", samples=4, k=2)
+    s = user_tasks.evaluate_saved(model, tasks, records, False, Sampling("sample", 4, 2))
     pass_at_2 = {c: 1 - comb(4 - c, 2) / comb(4, 2) for c in (1, 2)}
     assert s["per_group"] == {"all": [pass_at_2[2], 1], "strings": [pass_at_2[1], 1]}
     assert s["overall"] == [pass_at_2[2] + pass_at_2[1], 2] and s["evaluated_now"] == 2

@@ -5,6 +5,7 @@ import torch
 
 from glmflash import cli
 from glmflash.config import model_config
+from glmflash.evaluate.config import Sampling
 from glmflash.experiments import registry
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
@@ -70,13 +71,13 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
         "seed_neutral_names": (3, 4),
     }
 
-    def evaluate(model, rungs, split, per_rung, seed):
-        assert (model, tuple(rungs), split, per_rung, seed) == (
+    def evaluate(model, rungs, split, per_rung, sampling):
+        assert (model, tuple(rungs), split, per_rung, sampling) == (
             "model@step_2",
             sft_vs_rl.RUNGS,
             "dev",
             4,
-            sft_vs_rl.EVAL_SEED,
+            Sampling(seed=sft_vs_rl.EVAL_SEED),
         )
         return {"greedy": SimpleNamespace(per_family=counts)}
 
