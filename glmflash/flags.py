@@ -10,6 +10,9 @@ the value is one of a few names) beside its default:
 the type, choices and help of the field and its default in the help; every flag defaults to
 None, so `given(Config, args)` returns only what the user set (a resumed run fills the rest
 from its record). Tuples of names are written comma-separated, booleans as --x / --no-x.
+
+A config made of configs (the pipeline's plan) is set by dotted paths instead:
+`with_setting(plan, "rl.lr", "3e-4")` (the pipeline's --set rl.lr=3e-4).
 """
 
 from __future__ import annotations
@@ -66,8 +69,60 @@ def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def parse_setting(kind: Any, text: str) -> Any:
+    """The value of type `kind` that `text` writes: a number, a name, true/false, or names
+    separated by commas for a tuple."""
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() == "true"
+    if typing.get_origin(kind) is tuple:
+        return _names(text)
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"expected {kind.__name__}, got {text!r}") from None
+
+
+def with_setting(config: Any, path: str, text: str, _above: str = "") -> Any:
+    """A copy of dataclass `config` with the field at dotted `path` (`rl.lr`,
+    `evaluation.sampling.k`) set to the value `text` writes; the copy validates itself."""
+    head, _, rest = path.partition(".")
+    full = _above + path
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    if head not in fields:
+        raise ValueError(f"unknown setting {full!r}: {head} is not one of {', '.join(fields)}")
+    current = getattr(config, head)
+    if rest:
+        if not dataclasses.is_dataclass(current):
+            raise ValueError(f"unknown setting {full!r}: {_above + head} has no fields")
+        value = with_setting(current, rest, text, f"{_above}{head}.")
+    elif dataclasses.is_dataclass(current):
+        raise ValueError(f"{full} holds settings: set one of {', '.join(_field_names(current))}")
+    else:
+        try:
+            value = parse_setting(typing.get_type_hints(type(config))[head], text)
+        except ValueError as e:
+            raise ValueError(f"{full}: {e}") from None
+        choices = fields[head].metadata.get("choices")
+        if choices and value not in choices:
+            raise ValueError(f"{full} must be one of {', '.join(choices)}, got {value!r}")
+    return dataclasses.replace(config, **{head: value})
+
+
+def _field_names(config: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(config)]
+
+
 def _shown(value: Any) -> str:
     return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
-__all__ = ["add_config_flags", "flag_name", "given", "setting"]
+__all__ = [
+    "add_config_flags",
+    "flag_name",
+    "given",
+    "parse_setting",
+    "setting",
+    "with_setting",
+]

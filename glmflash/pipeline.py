@@ -18,6 +18,7 @@ The confirm split is opened only by the `before` and `after` stages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 import shutil
@@ -31,18 +32,20 @@ from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.errors import CLIError
 from glmflash.evaluate.config import EvalConfig, Sampling
+from glmflash.flags import with_setting
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
 
 TRAINED = ("increment", "double", "even")
 STAGE_FILE = "stage.json"
+PLAN_FILE = "plan.json"  # the plan a run folder was made with
 
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """The budget of every stage. `full()` is the 25m plan; `quick()` the tiny smoke run."""
+    """The budget of every stage. `full()` is the 25m plan; `quick()` the tiny smoke run; any
+    setting of either can be changed with `with_setting` (glmflash pipeline --set)."""
 
-    preset: str
     pretrain: PretrainConfig
     rl: RLConfig
     vision: VisionConfig = VisionConfig()  # glmflash vision's defaults are the pipeline's
@@ -51,7 +54,6 @@ class PipelinePlan:
     @classmethod
     def full(cls, seed: int) -> PipelinePlan:
         return cls(
-            "25m",
             PretrainConfig(
                 preset="25m",
                 steps=160,
@@ -72,7 +74,6 @@ class PipelinePlan:
     @classmethod
     def quick(cls, seed: int) -> PipelinePlan:
         return cls(
-            "tiny",
             PretrainConfig(
                 preset="tiny",
                 steps=6,
@@ -100,6 +101,24 @@ class PipelinePlan:
             EvalConfig(per_family=1, per_rung=2, sampling=Sampling("sample", 2, max_new_tokens=12)),
         )
 
+    @property
+    def preset(self) -> str:
+        return self.pretrain.preset
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"rl": {"lr": 1e-4}} -> {"rl.lr": 1e-4}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
 
 class Pipeline:
     def __init__(self, out: str | Path, plan: PipelinePlan, device: str = "auto", log=None) -> None:
@@ -124,13 +143,33 @@ class Pipeline:
         tmp.replace(done)
         return result
 
+    def record_plan(self) -> None:
+        """Write the plan to plan.json, or check it against the one a rerun finds there: stages
+        made under another plan must not be mixed with this one's."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / PLAN_FILE
+        plan = json.loads(json.dumps(self.plan.to_dict()))  # tuples as lists, as read back
+        if path.is_file():
+            saved = flat(json.loads(path.read_text()))
+            differ = sorted(k for k, v in flat(plan).items() if saved.get(k, v) != v)
+            differ += sorted(k for k in saved.keys() - flat(plan).keys())
+            if differ:
+                raise ValueError(
+                    f"{self.out} holds a run with another plan ({', '.join(differ)} differ): "
+                    "give a new --out, or the same settings to continue it"
+                )
+            return
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(plan, indent=2))
+        tmp.replace(path)
+
     # -- the stages ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         from glmflash.train.pretrain import pretrain
         from glmflash.train.rl import train_rl
 
         p = self.plan
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.record_plan()
 
         def do_pretrain(folder: Path) -> dict[str, Any]:
             run_dir = folder / "run"
@@ -235,6 +274,7 @@ class Pipeline:
         return {
             "preset": self.plan.preset,
             "seed": self.plan.pretrain.seed,
+            "plan": self.plan.to_dict(),
             "machine": self.machine(),
             "wall_seconds": wall,
             "ladder": ladder,
@@ -312,18 +352,37 @@ def add_arguments(p) -> None:
         action="store_true",
         help="the same stages on the tiny preset, with minimal budgets (about a minute)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STAGE.FIELD=VALUE",
+        help="change one setting of the plan, e.g. --set rl.lr=3e-4 --set "
+        "pretrain.steps=200 --set evaluation.sampling.samples=16 (recorded in OUT/plan.json)",
+    )
+
+
+def plan_from_args(args) -> PipelinePlan:
+    """The full or quick plan with the --set changes applied in order."""
+    plan = (
+        PipelinePlan.quick(args.seed)
+        if args.quick or args.preset == "tiny"
+        else PipelinePlan.full(args.seed)
+    )
+    for item in args.set:
+        path, sep, value = item.partition("=")
+        if not sep or not path.strip():
+            raise ValueError(f"bad --set {item!r}: expected STAGE.FIELD=VALUE")
+        plan = with_setting(plan, path.strip(), value.strip())
+    return plan
 
 
 def run(args) -> int:
     from glmflash.train.checkpoint import CheckpointError
     from glmflash.train.runlog import TrainError
 
-    plan = (
-        PipelinePlan.quick(args.seed)
-        if args.quick or args.preset == "tiny"
-        else PipelinePlan.full(args.seed)
-    )
     try:
+        plan = plan_from_args(args)
         results = Pipeline(args.out, plan, args.device).run()
     except (TrainError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None

@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 
 from glmflash.config import PretrainConfig
+from glmflash.evaluate import coding
+from glmflash.evaluate.config import Sampling
 from glmflash.flags import add_config_flags, flag_name, given, setting
 from glmflash.train import pretrain, rl, vision
 
@@ -18,8 +20,9 @@ COMMANDS = [
         vision.VisionConfig,
         lambda args: vision.VisionConfig(**given(vision.VisionConfig, args)),
     ),
+    (coding, Sampling, lambda args: Sampling(**given(Sampling, args))),
 ]
-IDS = ["pretrain", "rl", "vision"]
+IDS = ["pretrain", "rl", "vision", "eval"]
 
 
 def parser_of(module) -> argparse.ArgumentParser:
@@ -70,6 +73,7 @@ def test_every_field_set_on_the_command_line_reaches_the_config(module, cls, bui
         "pretrain": ["--out", "x"],
         "rl": ["--init", "c", "--out", "x"],
         "vision": ["--from-scratch", "--out", "x"],
+        "coding": ["--checkpoint", "c"],
     }[module.__name__.rsplit(".", 1)[-1]]
     for f in dataclasses.fields(cls):
         value, argv = other_value(f, hints[f.name])
