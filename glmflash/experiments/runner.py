@@ -277,6 +277,55 @@ def _end_session(folder: Path, started: str, figures: dict[str, Any]) -> None:
         write_json_atomic(path, data)
 
 
+def _check_backend(workers: int, backend: str, address: str | None, gpus_per_run: float) -> None:
+    if workers < 1:
+        raise RunnerError(f"--workers must be at least 1, got {workers}")
+    if backend not in BACKENDS:
+        raise RunnerError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "local" and (address is not None or gpus_per_run):
+        raise RunnerError("--address and --gpus-per-run need --backend ray")
+    if gpus_per_run < 0:
+        raise RunnerError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
+
+
+def _run_here(experiment: Experiment, jobs: list[Job], done: Callable[[dict], None]) -> None:
+    """The runs one after another in this process; its torch thread count is restored after."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    try:
+        for job in jobs:
+            done(execute(experiment.run, experiment.name, experiment.metric, job))
+    finally:
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+
+def _run_in_processes(
+    experiment: Experiment,
+    jobs: list[Job],
+    workers: int,
+    done: Callable[[dict], None],
+    lost: list[Job],
+) -> None:
+    """The runs in `workers` spawned processes; the jobs of a pool that broke (a worker killed)
+    go to `lost`."""
+    context = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init) as pool:
+        futures = {
+            pool.submit(execute, experiment.run, experiment.name, experiment.metric, job): job
+            for job in jobs
+        }
+        try:
+            for future in cf.as_completed(futures):
+                try:
+                    done(future.result())
+                except cf.process.BrokenProcessPool:
+                    lost.append(futures[future])
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
 def run_experiment(
     experiment: Experiment,
     out: str | Path,
@@ -295,14 +344,7 @@ def run_experiment(
     processes. Backend "ray": as Ray tasks, on a cluster at `address` or on a local instance
     with `workers` CPUs. `overrides` replace settings of every condition (--set KEY=VALUE)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if workers < 1:
-        raise RunnerError(f"--workers must be at least 1, got {workers}")
-    if backend not in BACKENDS:
-        raise RunnerError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
-    if backend == "local" and (address is not None or gpus_per_run):
-        raise RunnerError("--address and --gpus-per-run need --backend ray")
-    if gpus_per_run < 0:
-        raise RunnerError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
+    _check_backend(workers, backend, address, gpus_per_run)
     seeds = (
         tuple(seeds)
         if seeds is not None
@@ -361,34 +403,9 @@ def run_experiment(
         if backend == "ray" and jobs:
             _run_on_ray(experiment, jobs, workers, address, gpus_per_run, done, lost)
         elif workers == 1 and backend == "local":
-            torch = sys.modules.get("torch")
-            threads = torch.get_num_threads() if torch is not None else None
-            try:
-                for job in jobs:
-                    done(execute(experiment.run, experiment.name, experiment.metric, job))
-            finally:
-                if threads is not None:
-                    torch.set_num_threads(threads)
+            _run_here(experiment, jobs, done)
         elif jobs and backend == "local":
-            context = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(
-                workers, mp_context=context, initializer=_worker_init
-            ) as pool:
-                futures = {
-                    pool.submit(
-                        execute, experiment.run, experiment.name, experiment.metric, job
-                    ): job
-                    for job in jobs
-                }
-                try:
-                    for future in cf.as_completed(futures):
-                        try:
-                            done(future.result())
-                        except cf.process.BrokenProcessPool:
-                            lost.append(futures[future])
-                except KeyboardInterrupt:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+            _run_in_processes(experiment, jobs, workers, done, lost)
     finally:
         progress.close()
         wall = time.perf_counter() - t0

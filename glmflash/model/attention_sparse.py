@@ -10,13 +10,16 @@ indexer: a `LightningIndexer` (DeepSeek-V3.2 / GLM style) scores every causal ke
          detached input, I[t, s] = sum_h w_h(x_t) relu(q^I_{t,h} . k^I_s), and each query keeps
          its top-k keys (itself always included). See `LightningIndexer` for IndexPool.
 
-Contract with the training loop (indexer kind only):
-  * `dense_warmup = True`: main attention is dense causal; the selection is not used.
-  * `collect_indexer_loss = True`: forward stores `indexer_kl`, the mean over batch and queries of
+Training the indexer (indexer kind only):
+  * in training mode, forward stores `indexer_kl`, the mean over batch and queries of
     KL(p || softmax(I)), where p is the dense causal main attention distribution averaged over
     heads (float32, detached, summed within each key group under IndexPool) and softmax(I) runs
-    over the query's causal keys (groups). Its gradient reaches only the indexer's parameters:
-    the target is detached and the indexer reads x.detach(). Otherwise `indexer_kl` is None.
+    over the query's causal keys (groups); the model sums it over its sparse layers into
+    `ModelOutput.indexer_kl`, as it sums the MoE balance losses. Its gradient reaches only the
+    indexer's parameters: the target is detached and the indexer reads x.detach(). In
+    evaluation mode (and for the fixed kind) `indexer_kl` is None.
+  * `dense_warmup = True` (`GLMFlash.set_indexer_warmup`): main attention is dense causal and
+    the selection is not used, while the indexer learns from the KL alone.
   The main loss never trains the indexer (the selection is a boolean mask).
 
 Decoding: `KVCache` holds the rotated keys and values of every previous position (and the
@@ -140,7 +143,6 @@ class SparseAttention(HeadProjections):
         self.window, self.stride = cfg.sparse_window, cfg.sparse_stride
         self.indexer = LightningIndexer(cfg) if cfg.sparse_kind == "indexer" else None
         self.dense_warmup = False
-        self.collect_indexer_loss = False
         self.indexer_kl: Tensor | None = None
 
     def forward(
@@ -161,11 +163,11 @@ class SparseAttention(HeadProjections):
             mask = fixed_sparse_mask(T, L, offset, self.window, self.stride, x.device)
         else:
             causal = fixed_sparse_mask(T, L, offset, L, L, x.device)  # window L: dense
-            if self.dense_warmup and not self.collect_indexer_loss:
+            if self.dense_warmup and not self.training:
                 mask = causal
             else:
                 scores = self.indexer.scores(x, index_k, offset)
-                if self.collect_indexer_loss:
+                if self.training:
                     self.indexer_kl = self._indexer_kl(q, k, causal, scores)
                 mask = causal if self.dense_warmup else self.indexer.select(scores, L)[:, None]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

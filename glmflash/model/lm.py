@@ -78,6 +78,7 @@ class ModelOutput:
     logits: Tensor  # [B, T, V]
     loss: Tensor | None = None  # next-token cross-entropy, when targets are given
     aux_loss: Tensor | None = None  # sum of the MoE balance losses (and MTP loss, if on)
+    indexer_kl: Tensor | None = None  # sum over sparse layers, lightning indexer in training
     load: Tensor | None = None  # [n_layers, n_experts] fraction of assignments per expert
     state: DecodeState | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
@@ -110,6 +111,12 @@ class Block(nn.Module):
         y, stats = self.moe(self.moe_norm(x))
         h = self.hc_moe.write(h, y, ctx)
         return h, state, stats
+
+    @property
+    def indexer_kl(self) -> Tensor | None:
+        """The last forward's KL from main attention to the lightning indexer (None unless
+        this is a sparse layer with an indexer, in training mode)."""
+        return getattr(self.attn, "indexer_kl", None)
 
 
 class GLMFlash(nn.Module):
@@ -163,16 +170,19 @@ class GLMFlash(nn.Module):
         offset = 0 if state is None else state.position
         layer_states = [None] * len(self.layers) if state is None else state.layers
         h = expand_streams(x, self.cfg.n_streams)
-        new_states, aux, loads = [], x.new_zeros((), dtype=torch.float32), []
+        new_states, aux, loads, kls = [], x.new_zeros((), dtype=torch.float32), [], []
         for layer, s in zip(self.layers, layer_states, strict=True):
             h, s, stats = layer(h, s, offset)
             new_states.append(s)
             aux = aux + stats.balance_loss
             loads.append(stats.load)
+            if layer.indexer_kl is not None:
+                kls.append(layer.indexer_kl)
         hidden = self.final_norm(merge_streams(h))
         out = ModelOutput(
             self.output(hidden),
             aux_loss=aux,
+            indexer_kl=torch.stack(kls).sum() if kls else None,
             load=torch.stack(loads),
             state=DecodeState(new_states, offset + x.shape[1]),
         )
@@ -198,6 +208,13 @@ class GLMFlash(nn.Module):
         return out.logits, out.state
 
     # -- bookkeeping ------------------------------------------------------------------------
+    def set_indexer_warmup(self, on: bool) -> None:
+        """Dense warm-up of the lightning indexer: main attention dense causal, the indexer
+        trained by its KL alone (no effect without an indexer)."""
+        for layer in self.layers:
+            if layer.kind == "S":
+                layer.attn.dense_warmup = on
+
     def moe_layers(self) -> list[MoE]:
         return [layer.moe for layer in self.layers]
 

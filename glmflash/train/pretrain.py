@@ -89,28 +89,6 @@ def eval_loss(
     return sum(losses) / len(losses)
 
 
-def sparse_layers(model: GLMFlash) -> list[Any]:
-    return [layer.attn for layer in model.layers if layer.kind == "S"]
-
-
-def set_indexer_mode(model: GLMFlash, collect: bool, dense: bool) -> None:
-    """Lightning indexer phases: dense warm-up (main attention dense, indexer trained by KL
-    only), then sparse training (main attention on the indexer's top-k, indexer still KL)."""
-    for attn in sparse_layers(model):
-        if getattr(attn, "indexer", None) is not None:
-            attn.collect_indexer_loss = collect
-            attn.dense_warmup = dense
-
-
-def indexer_kl(model: GLMFlash) -> torch.Tensor | None:
-    terms = [
-        attn.indexer_kl
-        for attn in sparse_layers(model)
-        if getattr(attn, "indexer", None) is not None and attn.indexer_kl is not None
-    ]
-    return torch.stack(terms).sum() if terms else None
-
-
 # -- the loop --------------------------------------------------------------------------------
 
 
@@ -156,14 +134,14 @@ def pretrain(
     for step in range(start, cfg.steps):
         t_step = time.perf_counter()
         warm = has_indexer and step < cfg.indexer_warmup
-        set_indexer_mode(model, collect=has_indexer, dense=warm)
+        model.set_indexer_warmup(warm)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         x, y = train.batch(step, cfg.batch_size)
         x, y = x.to(dev), y.to(dev)
         with autocast(dev, amp):
             o = model(x, y)
-        kl = indexer_kl(model)
+        kl = o.indexer_kl
         loss = kl if warm else o.loss + o.aux_loss + (kl if kl is not None else 0.0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -198,7 +198,7 @@ def test_main_loss_does_not_train_the_indexer():
 @pytest.mark.parametrize("pool,warmup", [(1, False), (3, False), (4, True)])
 def test_indexer_kl_value_and_gradient_path(pool, warmup):
     layer = make(sparse_kind="indexer", indexer_topk=6, index_pool=pool)
-    layer.collect_indexer_loss, layer.dense_warmup = True, warmup
+    layer.dense_warmup = warmup  # a module is in training mode until .eval()
     x = inputs(2, 19).requires_grad_()
     layer(x)
     kl = layer.indexer_kl
@@ -229,8 +229,13 @@ def test_indexer_kl_value_and_gradient_path(pool, warmup):
     assert all(g is not None and g.abs().sum() > 0 for g in grads[1 + len(main) :])
 
 
-def test_kl_is_none_unless_collected():
+@pytest.mark.parametrize("warmup", [False, True])
+def test_kl_is_none_in_evaluation(warmup):
     layer = make(sparse_kind="indexer")
+    layer.dense_warmup = warmup
+    layer(inputs(1, 5))
+    assert layer.indexer_kl is not None
+    layer.eval()
     layer(inputs(1, 5))
     assert layer.indexer_kl is None
 
@@ -239,7 +244,6 @@ def test_kl_is_none_unless_collected():
 def test_runs_under_bf16_autocast(kw):
     torch.manual_seed(0)
     layer = SparseAttention(model_config("tiny", **kw))
-    layer.collect_indexer_loss = layer.indexer is not None
     x = torch.randn(2, 20, 64)
     y32 = layer(x)[0]
     with torch.autocast("cpu", torch.bfloat16):

@@ -245,3 +245,27 @@ def test_an_attention_without_its_own_init_is_refused(monkeypatch):
     monkeypatch.setattr("glmflash.model.lm.make_attention", lambda cfg, kind: Bare(cfg))
     with pytest.raises(AttributeError, match="init_weights"):
         GLMFlash(model_config("tiny"))
+
+
+@pytest.mark.parametrize("pool", [1, 4])
+def test_indexer_kl_is_a_layer_statistic_summed_like_the_balance_loss(pool):
+    """ModelOutput.indexer_kl is the sum of each sparse layer's KL, only in training mode; its
+    gradient reaches the indexers alone; the dense warm-up switches every sparse layer."""
+    model = perturbed(tiny(sparse_kind="indexer", index_pool=pool, n_layers=8)).train()
+    tokens = torch.randint(0, 256, (2, 24))
+    out = model(tokens, tokens)
+    sparse = [layer.attn for layer in model.layers if layer.kind == "S"]
+    assert len(sparse) == 2 and all(a.indexer_kl is not None for a in sparse)
+    torch.testing.assert_close(out.indexer_kl, sum(a.indexer_kl for a in sparse))
+    out.indexer_kl.backward()
+    trained = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()}
+    assert trained and all(".indexer." in n for n in trained)
+
+    model.set_indexer_warmup(True)
+    assert all(a.dense_warmup for a in sparse)
+    warm = model(tokens, tokens)
+    assert warm.indexer_kl is not None
+    model.set_indexer_warmup(False)
+    assert not any(a.dense_warmup for a in sparse)
+    assert model.eval()(tokens, tokens).indexer_kl is None
+    assert perturbed(tiny()).train()(tokens, tokens).indexer_kl is None  # fixed pattern

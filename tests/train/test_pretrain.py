@@ -239,3 +239,23 @@ def test_resume_restores_the_global_rngs(tmp_path, monkeypatch):
     wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_indexer_warmup_trains_the_indexer_alone_then_everything(tmp_path):
+    """During the dense warm-up the loss is the indexer's KL: every other weight stays at its
+    init; after it, the whole model trains and the KL is still logged."""
+    cfg = PretrainConfig(**{**FAST, "steps": 2, "indexer_warmup": 2, "ckpt_every": 2})
+    overrides = {"sparse_kind": "indexer"}
+    pretrain(cfg, tmp_path / "warm", device="cpu", model_overrides=overrides)
+    torch.manual_seed(cfg.seed)
+    init = GLMFlash(model_config("tiny", **overrides)).state_dict()
+    after = weights(tmp_path / "warm")
+    changed = {n for n, w in after.items() if not torch.equal(w, init[n])}
+    assert changed and all(".indexer." in n for n in changed)
+    rows = [json.loads(line) for line in (tmp_path / "warm" / "metrics.jsonl").open()]
+    assert all(r["indexer_kl"] > 0 for r in rows)
+
+    cfg = PretrainConfig(**{**FAST, "steps": 2, "indexer_warmup": 1, "ckpt_every": 2})
+    pretrain(cfg, tmp_path / "both", device="cpu", model_overrides=overrides)
+    changed = {n for n, w in weights(tmp_path / "both").items() if not torch.equal(w, init[n])}
+    assert any(".indexer." not in n for n in changed)
