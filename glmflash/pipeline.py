@@ -24,6 +24,7 @@ import resource
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,15 @@ from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.errors import CLIError
 from glmflash.evaluate.config import EvalConfig, Sampling
 from glmflash.flags import with_setting
+from glmflash.stages import (
+    ConfirmEval,
+    Draws,
+    Stage,
+    TrainStage,
+    VisionStage,
+    load_stage,
+    save_stage,
+)
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
 
@@ -126,21 +136,20 @@ class Pipeline:
         self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
 
     # -- stage bookkeeping ---------------------------------------------------------------------
-    def stage(self, name: str, fn) -> dict[str, Any]:
-        """Run stage `name` unless it already finished; its result is kept in stage.json."""
+    def stage(self, name: str, cls: type[Stage], fn: Callable[[Path], Stage]) -> Stage:
+        """Run stage `name` unless it already finished; its typed result is kept in
+        stage.json."""
         folder = self.out / name
         done = folder / STAGE_FILE
         if done.is_file():
             self.log(f"pipeline: {name} already done, skipping")
-            return json.loads(done.read_text())
+            return load_stage(done, cls)
         self.log(f"pipeline: {name} ...")
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         result = fn(folder)
-        result["wall_seconds"] = time.perf_counter() - t0
-        tmp = done.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        tmp.replace(done)
+        result.wall_seconds = time.perf_counter() - t0
+        save_stage(done, result)
         return result
 
     def record_plan(self) -> None:
@@ -171,23 +180,23 @@ class Pipeline:
         p = self.plan
         self.record_plan()
 
-        def do_pretrain(folder: Path) -> dict[str, Any]:
+        def do_pretrain(folder: Path) -> TrainStage:
             run_dir = folder / "run"
             summary = pretrain(p.pretrain, run_dir, self.device, resume=resumable(run_dir))
-            return {"summary": summary, "selected": str(select_by_dev_loss(run_dir))}
+            return TrainStage(summary, str(select_by_dev_loss(run_dir)))
 
-        pre = self.stage("pretrain", do_pretrain)
-        base = pre["selected"]
-        before = self.stage("before", lambda f: self.confirm_eval(base, f))
+        pre = self.stage("pretrain", TrainStage, do_pretrain)
+        base = pre.selected
+        before = self.stage("before", ConfirmEval, lambda f: self.confirm_eval(base, f))
 
-        def do_rl(folder: Path) -> dict[str, Any]:
+        def do_rl(folder: Path) -> TrainStage:
             run_dir = folder / "run"
             summary = train_rl(base, run_dir, p.rl, self.device, resume=resumable(run_dir))
-            return {"summary": summary, "selected": str(run_dir / "best")}
+            return TrainStage(summary, str(run_dir / "best"))
 
-        rl = self.stage("rl", do_rl)
-        after = self.stage("after", lambda f: self.confirm_eval(rl["selected"], f))
-        vision = self.stage("vision", lambda f: self.vision(base, f))
+        rl = self.stage("rl", TrainStage, do_rl)
+        after = self.stage("after", ConfirmEval, lambda f: self.confirm_eval(rl.selected, f))
+        vision = self.stage("vision", VisionStage, lambda f: self.vision(base, f))
         results = self.results(pre, before, rl, after, vision)
         (self.out / "results.json").write_text(json.dumps(results, indent=2))
         from glmflash.report import write_pipeline_report
@@ -195,7 +204,7 @@ class Pipeline:
         write_pipeline_report(self.out, results, before, after)
         return results
 
-    def confirm_eval(self, checkpoint: str, folder: Path) -> dict[str, Any]:
+    def confirm_eval(self, checkpoint: str, folder: Path) -> ConfirmEval:
         """Greedy pass@1 per ladder rung and on the trained families, sampled pass@k on all
         families."""
         from glmflash.device import resolve_device
@@ -215,25 +224,26 @@ class Pipeline:
         sampled = evaluate_tasks(model, todo, replace(e.sampling, seed=seed))
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
-        return {
-            "checkpoint": checkpoint,
-            "ladder": {r: v["greedy"] for r, v in rung_table(ladder).items()},
-            "greedy_pass1_trained": greedy.counts(),
-            "passk_trained": sampled.counts(TRAINED),
-            "passk_all": sampled.counts(),
-            "per_family_passk": {f: v for f, v in sampled.per_family.items()},
-            "per_family_samples": sampled.passing_samples(),
-            "examples": [r for r in greedy.records[:: max(1, e.per_family)]],
-        }
+        return ConfirmEval(
+            checkpoint=checkpoint,
+            ladder={r: v["greedy"] for r, v in rung_table(ladder).items()},
+            greedy_pass1_trained=greedy.counts(),
+            passk_trained=sampled.counts(TRAINED),
+            passk_all=sampled.counts(),
+            per_family_passk=dict(sampled.per_family),
+            per_family_samples=sampled.passing_samples(),
+            sampling=Draws(sampled.k, sampled.temperature, sampled.n_samples),
+            examples=greedy.records[:: max(1, e.per_family)],
+        )
 
-    def vision(self, base: str, folder: Path) -> dict[str, Any]:
+    def vision(self, base: str, folder: Path) -> VisionStage:
         from glmflash.train.vision import train_vision
 
         run_dir = folder / "run"
         if run_dir.exists():  # an interrupted vision run restarts (it takes minutes)
             shutil.rmtree(run_dir)
         res = train_vision(run_dir, self.plan.vision, init=base, device=self.device)
-        return {"heldout_correct": res["heldout_correct"], "train_correct": res["train_correct"]}
+        return VisionStage(res["heldout_correct"], res["train_correct"])
 
     def machine(self) -> dict[str, Any]:
         """The machine the timings were taken on, with the precision choices of pretraining."""
@@ -246,69 +256,59 @@ class Pipeline:
             choices["newton_schulz"] = fast_matmul_dtype(dev)
         return machine_record(dev, **choices)
 
-    def results(self, pre, before, rl, after, vision) -> dict[str, Any]:
+    def results(
+        self,
+        pre: TrainStage,
+        before: ConfirmEval,
+        rl: TrainStage,
+        after: ConfirmEval,
+        vision: VisionStage,
+    ) -> dict[str, Any]:
+        """results.json: every stage's figures, before and after RL side by side."""
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
-        wall = {k: round(v["wall_seconds"], 1) for k, v in stages.items()}
+        wall = {k: round(v.wall_seconds, 1) for k, v in stages.items()}
         wall["total"] = round(sum(wall.values()), 1)
-        families = {
-            f: {
-                "before": before["per_family_passk"].get(f),
-                "after": after["per_family_passk"].get(f),
-            }
-            for f in FAMILIES
-        }
-        samples = {
-            f: {
-                w: s["per_family_samples"].get(f) for w, s in (("before", before), ("after", after))
-            }
-            for f in FAMILIES
-        }
+        if before.sampling != after.sampling:
+            raise ValueError(f"pass@k drawn differently before ({before.sampling}) and after RL")
+
+        def side_by_side(scores) -> dict[str, Any]:
+            return {"before": scores(before), "after": scores(after)}
+
         usage = max(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
         )
-        ladder = {
-            r: {"before": before["ladder"][r], "after": after["ladder"].get(r)}
-            for r in before["ladder"]
-        }
         return {
             "preset": self.plan.preset,
             "seed": self.plan.pretrain.seed,
             "plan": self.plan.to_dict(),
             "machine": self.machine(),
             "wall_seconds": wall,
-            "ladder": ladder,
+            "ladder": {r: side_by_side(lambda s, r=r: s.ladder.get(r)) for r in before.ladder},
             "peak_memory_bytes": usage * 1024,
             "pretrain": {
-                "steps": pre["summary"].get("steps"),
-                "dev_loss": pre["summary"].get("dev_loss"),
-                "loss": pre["summary"].get("loss"),
-                "tokens_per_s": pre["summary"].get("tokens_per_s"),
-                "selected": pre["selected"],
+                **{k: pre.summary.get(k) for k in ("steps", "dev_loss", "loss", "tokens_per_s")},
+                "selected": pre.selected,
             },
             "rl": {
-                "greedy_pass1_trained": {
-                    "before": before["greedy_pass1_trained"],
-                    "after": after["greedy_pass1_trained"],
+                "greedy_pass1_trained": side_by_side(lambda s: s.greedy_pass1_trained),
+                "sampling": {"k": before.sampling.k, "temperature": before.sampling.temperature},
+                "passk_trained": side_by_side(lambda s: s.passk_trained),
+                "passk_all": side_by_side(lambda s: s.passk_all),
+                "per_family": {
+                    f: side_by_side(lambda s, f=f: s.per_family_passk.get(f)) for f in FAMILIES
                 },
-                "sampling": {
-                    "k": self.plan.evaluation.sampling.pass_k,
-                    "temperature": self.plan.evaluation.sampling.temperature,
+                "per_family_samples": {
+                    f: side_by_side(lambda s, f=f: s.per_family_samples.get(f)) for f in FAMILIES
                 },
-                "passk_trained": {
-                    "before": before["passk_trained"],
-                    "after": after["passk_trained"],
+                **{
+                    k: rl.summary.get(k)
+                    for k in ("trainable_parameters", "rollouts_per_s", "best_dev")
                 },
-                "passk_all": {"before": before["passk_all"], "after": after["passk_all"]},
-                "per_family": families,
-                "per_family_samples": samples,
-                "trainable_parameters": rl["summary"].get("trainable_parameters"),
-                "rollouts_per_s": rl["summary"].get("rollouts_per_s"),
-                "best_dev": rl["summary"].get("best_dev"),
             },
             "vision": {
-                "heldout_correct": vision["heldout_correct"],
-                "train_correct": vision["train_correct"],
+                "heldout_correct": vision.heldout_correct,
+                "train_correct": vision.train_correct,
             },
         }
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from glmflash.evaluate.stats import proportion_interval
+from glmflash.stages import ConfirmEval
 
 # the reference lab's figures: its pass@k was pass@8 at temperature 0.8, on the 25m scale
 REFERENCE = {
@@ -119,7 +120,7 @@ def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
 
 
 def write_pipeline_report(
-    out: Path, results: dict[str, Any], before: dict[str, Any], after: dict[str, Any]
+    out: Path, results: dict[str, Any], before: ConfirmEval, after: ConfirmEval
 ) -> Path:
     for src, name in (
         (out / "pretrain" / "run" / "loss.png", "loss.png"),
@@ -193,8 +194,8 @@ def write_pipeline_report(
         "## Example generations (greedy, confirm split)",
         "",
     ]
-    after_by_name = {r["name"]: r for r in after["examples"]}
-    for r in before["examples"]:
+    after_by_name = {r["name"]: r for r in after.examples}
+    for r in before.examples:
         a = after_by_name.get(r["name"])
         lines += [
             f"**{r['name']}**: before `{r['status']}`, after `{a['status'] if a else '?'}`",

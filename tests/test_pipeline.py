@@ -41,6 +41,9 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     # a second run finds every stage done and only rewrites the report
     assert main(["pipeline", "--quick", "--out", str(out), "--device", "cpu"]) == 0
     assert capsys.readouterr().err.count("already done") == 5
+    again = json.loads((out / "results.json").read_text())  # from the stage records read back
+    for key in ("ladder", "rl", "vision", "pretrain", "wall_seconds", "plan"):
+        assert again[key] == results[key], key
 
 
 def test_checkpoint_selection_takes_the_lowest_dev_loss_and_the_later_on_a_tie(tmp_path):

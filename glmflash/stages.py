@@ -1,0 +1,83 @@
+"""What each stage of the pipeline hands on, as typed records: written once to the stage's
+stage.json (`save_stage`) and read back as the same type (`load_stage`), so the results and
+the report name their fields instead of string keys, and every score carries the sampling
+that produced it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+
+@dataclass
+class TrainStage:
+    """Pretraining or RL: the run's summary (its last metrics) and the checkpoint chosen."""
+
+    summary: dict[str, Any]
+    selected: str  # the checkpoint the next stages start from
+    wall_seconds: float = 0.0
+
+
+@dataclass
+class Draws:
+    """How a score's completions were drawn: k of pass@k, temperature, draws per task."""
+
+    k: int
+    temperature: float
+    samples: int
+
+
+@dataclass
+class ConfirmEval:
+    """The confirm evaluation of one checkpoint (before or after RL). Scores are [solved, n]:
+    greedy pass@1 per ladder rung and on the trained families, pass@k on the families."""
+
+    checkpoint: str
+    ladder: dict[str, list[float]]  # rung -> greedy [solved, n]
+    greedy_pass1_trained: list[float]
+    passk_trained: list[float]
+    passk_all: list[float]
+    per_family_passk: dict[str, list[float]]
+    per_family_samples: dict[str, list[int]]  # family -> [passing samples, samples]
+    sampling: Draws  # of the pass@k scores
+    examples: list[dict[str, Any]] = field(default_factory=list)  # greedy records
+    wall_seconds: float = 0.0
+
+
+@dataclass
+class VisionStage:
+    """Digit reading inside the pretrained model: [correct, n] on each split."""
+
+    heldout_correct: list[int]
+    train_correct: list[int]
+    wall_seconds: float = 0.0
+
+
+Stage = TypeVar("Stage", TrainStage, ConfirmEval, VisionStage)
+
+
+def save_stage(path: Path, result: Any) -> None:
+    """Write a stage's record atomically (a crash leaves the old file or none)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(result), indent=2))
+    tmp.replace(path)
+
+
+def load_stage(path: Path, cls: type[Stage]) -> Stage:
+    """The record `save_stage` wrote, as `cls`; a record of another layout is refused."""
+    data = json.loads(path.read_text())
+    try:
+        if cls is ConfirmEval:
+            data["sampling"] = Draws(**data["sampling"])
+        return cls(**data)
+    except (TypeError, KeyError) as e:
+        raise ValueError(
+            f"{path} is not a {cls.__name__} record ({e}); it was written by another "
+            f"version: remove the stage's folder to redo it"
+        ) from None
+
+
+__all__ = ["ConfirmEval", "Draws", "TrainStage", "VisionStage", "load_stage", "save_stage"]
