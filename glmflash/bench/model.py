@@ -29,13 +29,14 @@ from glmflash.bench.baselines.attention import cumsum_linear_attention, gathered
 from glmflash.bench.baselines.naive_model import naive_form, naive_glmflash
 from glmflash.bench.peak import MEMORY_METHOD, best_times, matmul_peak, peak_memory
 from glmflash.config import ModelConfig, PretrainConfig
-from glmflash.device import autocast, autocast_dtype
+from glmflash.device import autocast_dtype
 from glmflash.info import parameter_counts
 from glmflash.model.attention_linear import elu_linear_attention_chunked
 from glmflash.model.attention_sparse import fixed_sparse_mask
 from glmflash.model.lm import GLMFlash
 from glmflash.model.moe import MoE
 from glmflash.train.optim import make_optimizer
+from glmflash.train.pretrain import update
 
 Log = Callable[[str], None]
 
@@ -66,19 +67,19 @@ def train_flops(cfg: ModelConfig, batch_size: int, seq_len: int) -> int:
 
 
 def train_step(
-    model: GLMFlash, x: Tensor, y: Tensor, amp: torch.dtype | None
+    model: GLMFlash,
+    x: Tensor,
+    y: Tensor,
+    amp: torch.dtype | None,
+    cfg: PretrainConfig | None = None,
 ) -> Callable[[], None]:
-    """One pretraining update as `glmflash pretrain` does it, on a fixed batch."""
-    settings = PretrainConfig()
-    optimizer = make_optimizer(model, settings)
+    """The pretraining loop's update (`train.pretrain.update`) on a fixed batch, with the
+    settings of `cfg` (default: PretrainConfig's)."""
+    cfg = cfg or PretrainConfig()
+    optimizer = make_optimizer(model, cfg)
 
     def step() -> None:
-        with autocast(x.device, amp):
-            out = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        (out.loss + out.aux_loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
+        update(model, optimizer, x, y, cfg, amp)
 
     return step
 

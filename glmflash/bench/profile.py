@@ -33,14 +33,14 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from glmflash.bench.model import train_step
 from glmflash.bench.peak import synchronize
 from glmflash.config import ModelConfig, PretrainConfig
-from glmflash.device import autocast
 from glmflash.model import streams
 from glmflash.model.lm import GLMFlash
-from glmflash.train.optim import make_optimizer
+from glmflash.train.pretrain import PROFILE_SCOPE
 
-SCOPE = "glmflash::"  # prefix of the profiler ranges this module places
+SCOPE = PROFILE_SCOPE  # prefix of the profiler ranges (the update places two of them)
 BACKWARD = "autograd::engine::evaluate_function: "
 ATTENTION = {"L": "attention (linear)", "S": "attention (sparse)"}
 PARTS = (
@@ -111,27 +111,6 @@ def part_scopes(model: GLMFlash) -> Iterator[None]:
             h.remove()
         for hc in wrapped:
             del hc.coefficients  # the instance attribute shadowed the method
-
-
-def pretrain_step(
-    model: GLMFlash, cfg: PretrainConfig, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None
-) -> Callable[[], None]:
-    """One update as the pretraining loop makes it, on a fixed batch."""
-    optimizer = make_optimizer(model, cfg)
-
-    def step() -> None:
-        with autocast(x.device, amp):
-            out = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        (out.loss + out.aux_loss).backward()
-        with record_function(SCOPE + "gradient clipping"):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        with record_function(SCOPE + "optimizer"):
-            optimizer.step()
-        for moe, load in zip(model.moe_layers(), out.load.float(), strict=True):
-            moe.update_bias(load)
-
-    return step
 
 
 def _label(event: Any, seq_part: dict[int, str]) -> tuple[str | None, bool]:
@@ -205,7 +184,7 @@ def bench_profile(
     x, y = batch[:, :-1].to(device), batch[:, 1:].to(device)
     torch.manual_seed(cfg.seed)
     model = GLMFlash(mcfg).to(device).train()
-    step = pretrain_step(model, cfg, x, y, autocast_dtype(device, cfg.precision))
+    step = train_step(model, x, y, autocast_dtype(device, cfg.precision), cfg)
     log("one warm-up step, then the step without the profiler")
     step()
     plain = timed(step, steps, device)
@@ -263,6 +242,5 @@ __all__ = [
     "charge",
     "event_parts",
     "part_scopes",
-    "pretrain_step",
     "profile_steps",
 ]

@@ -22,13 +22,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.profiler import record_function
 
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given
 from glmflash.machine import bf16_warning, machine_record
-from glmflash.model.lm import GLMFlash
+from glmflash.model.lm import GLMFlash, ModelOutput
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.checkpoint import (
     checkpoint_dirs,
@@ -90,6 +91,39 @@ def eval_loss(
 
 
 # -- the loop --------------------------------------------------------------------------------
+SINGLE = DistInfo()  # one process, no gradient averaging
+PROFILE_SCOPE = "glmflash::"  # prefix of the profiler ranges placed here and by bench profile
+
+
+def update(
+    model: GLMFlash,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: PretrainConfig,
+    amp: torch.dtype | None,
+    dist: DistInfo = SINGLE,
+    indexer_only: bool = False,
+) -> tuple[ModelOutput, float, torch.Tensor]:
+    """One optimizer update on inputs x and targets y: loss = cross-entropy + balance losses +
+    indexer KL (the KL alone during the indexer's dense warm-up), gradients averaged over
+    ranks and clipped to cfg.grad_clip, then the MoE bias balancing on the step's expert load.
+    Returns the model output, the gradient norm before clipping and the load [layers, experts]."""
+    with autocast(x.device, amp):
+        o = model(x, y)
+    kl = o.indexer_kl
+    loss = kl if indexer_only else o.loss + o.aux_loss + (kl if kl is not None else 0.0)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    all_reduce_gradients(model, dist)
+    with record_function(PROFILE_SCOPE + "gradient clipping"):
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+    with record_function(PROFILE_SCOPE + "optimizer"):
+        optimizer.step()
+    load = all_reduce_mean(o.load.float(), dist)
+    for moe, layer_load in zip(model.moe_layers(), load, strict=True):
+        moe.update_bias(layer_load)
+    return o, grad_norm, load
 
 
 def pretrain(
@@ -138,19 +172,8 @@ def pretrain(
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         x, y = train.batch(step, cfg.batch_size)
-        x, y = x.to(dev), y.to(dev)
-        with autocast(dev, amp):
-            o = model(x, y)
+        o, grad_norm, load = update(model, optimizer, x.to(dev), y.to(dev), cfg, amp, dist, warm)
         kl = o.indexer_kl
-        loss = kl if warm else o.loss + o.aux_loss + (kl if kl is not None else 0.0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        all_reduce_gradients(model, dist)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-        optimizer.step()
-        load = all_reduce_mean(o.load.float(), dist)
-        for moe, layer_load in zip(model.moe_layers(), load, strict=True):
-            moe.update_bias(layer_load)
         done = step + 1
         metrics = {
             "step": done,

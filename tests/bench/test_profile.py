@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from glmflash.bench import cli
+from glmflash.bench.model import train_step
 from glmflash.bench.profile import (
     OVERHEAD,
     PARTS,
     event_parts,
     part_scopes,
-    pretrain_step,
     profile_steps,
 )
 from glmflash.config import PretrainConfig, model_config
@@ -37,7 +37,7 @@ def profiled():
     torch.manual_seed(0)
     model = GLMFlash(cfg).train()
     x = torch.randint(4, 200, (2, 17))
-    step = pretrain_step(model, settings, x[:, :-1], x[:, 1:], None)
+    step = train_step(model, x[:, :-1], x[:, 1:], None, settings)
     step()
     with part_scopes(model):
         prof, _ = profile_steps(step, STEPS, torch.device("cpu"))
