@@ -119,28 +119,17 @@ def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
     return lines + ["", "![ladder](ladder.png)", ""]
 
 
-def write_pipeline_report(
-    out: Path, results: dict[str, Any], before: ConfirmEval, after: ConfirmEval
-) -> Path:
-    for src, name in (
-        (out / "pretrain" / "run" / "loss.png", "loss.png"),
-        (out / "rl" / "run" / "rl.png", "reward.png"),
-    ):
-        if src.is_file():
-            shutil.copy(src, out / name)
-    family_bars(results, out / "families.png")
-    rl, wall = results["rl"], results["wall_seconds"]
+def family_section(results: dict[str, Any]) -> list[str]:
+    """The seed families before and after RL, beside the reference lab where comparable."""
+    rl = results["rl"]
+    k, temperature = rl["sampling"]["k"], rl["sampling"]["temperature"]
+    comparable = results["preset"] == "25m" and rl["sampling"] == REFERENCE_SAMPLING
     lines = [
-        f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
-        "",
-        *ladder_section(results, out),
         "## Seed families",
         "",
         "| result | before RL | after RL | 95% interval after | reference lab |",
         "|---|---|---|---|---|",
     ]
-    k, temperature = rl["sampling"]["k"], rl["sampling"]["temperature"]
-    comparable = results["preset"] == "25m" and rl["sampling"] == REFERENCE_SAMPLING
     for key, label in LABELS.items():
         ref = " -> ".join(REFERENCE[key]) if comparable else "-"
         lines.append(
@@ -167,17 +156,16 @@ def write_pipeline_report(
             f"{fmt(s['before']) if s.get('before') else '-'} | "
             f"{fmt(s['after']) if s.get('after') else '-'} |"
         )
-    lines += [
-        "",
-        "![per family](families.png)",
-        "",
-        "## Time and memory",
-        "",
-        "| stage | seconds |",
-        "|---|---|",
-    ]
-    lines += [f"| {k} | {s:.0f} |" for k, s in wall.items()]
-    lines += [
+    return [*lines, "", "![per family](families.png)", ""]
+
+
+def time_section(results: dict[str, Any]) -> list[str]:
+    """Seconds per stage, the machine, memory and RL's rate."""
+    rl = results["rl"]
+    lines = ["## Time and memory", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {stage} | {s:.0f} |" for stage, s in results["wall_seconds"].items()]
+    return [
+        *lines,
         "",
         machine_line(results.get("machine")),
         "",
@@ -185,15 +173,12 @@ def write_pipeline_report(
         f"RL trained {rl['trainable_parameters']:,} parameters at "
         f"{rl['rollouts_per_s']:.1f} rollouts/s.",
         "",
-        "## Curves",
-        "",
-        "![loss](loss.png)",
-        "",
-        "![reward](reward.png)",
-        "",
-        "## Example generations (greedy, confirm split)",
-        "",
     ]
+
+
+def examples_section(before: ConfirmEval, after: ConfirmEval) -> list[str]:
+    """The same greedy confirm tasks before and after RL, completion under completion."""
+    lines = ["## Example generations (greedy, confirm split)", ""]
     after_by_name = {r["name"]: r for r in after.examples}
     for r in before.examples:
         a = after_by_name.get(r["name"])
@@ -206,6 +191,35 @@ def write_pipeline_report(
             "```",
             "",
         ]
+    return lines
+
+
+def write_pipeline_report(
+    out: Path, results: dict[str, Any], before: ConfirmEval, after: ConfirmEval
+) -> Path:
+    """report.md: the ladder first, then the seed families, time and memory, the curves and
+    example generations; the plots beside it."""
+    for src, name in (
+        (out / "pretrain" / "run" / "loss.png", "loss.png"),
+        (out / "rl" / "run" / "rl.png", "reward.png"),
+    ):
+        if src.is_file():
+            shutil.copy(src, out / name)
+    family_bars(results, out / "families.png")
+    lines = [
+        f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
+        "",
+        *ladder_section(results, out),
+        *family_section(results),
+        *time_section(results),
+        "## Curves",
+        "",
+        "![loss](loss.png)",
+        "",
+        "![reward](reward.png)",
+        "",
+        *examples_section(before, after),
+    ]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

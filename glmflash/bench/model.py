@@ -185,6 +185,50 @@ def bench_components(
     return results
 
 
+def time_train_steps(
+    cfg: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    precisions: list[str],
+    repeats: int,
+    naive_repeats: int,
+    device: torch.device,
+) -> dict[str, float]:
+    """Best seconds of our train step in each precision and of the naive model's in fp32, on
+    one random batch, both models from the same initial weights."""
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randint(4, 260, (batch_size, seq_len + 1), generator=g).to(device)
+    x, y = batch[:, :-1], batch[:, 1:]
+    torch.manual_seed(0)
+    ours = GLMFlash(cfg).to(device).train()
+    torch.manual_seed(0)
+    naive = naive_glmflash(cfg).to(device).train()
+    steps = {
+        p: train_step(ours, x, y, autocast_dtype(device, "bf16") if p == "bf16" else None)
+        for p in precisions
+    }
+    steps["naive_fp32"] = train_step(naive, x, y, None)
+    counts = {**dict.fromkeys(precisions, repeats), "naive_fp32": naive_repeats}
+    return best_times(steps, counts, device)
+
+
+def model_ratios(train: dict[str, Any], components: dict[str, Any]) -> dict[str, float]:
+    """The headline figures: each one a ratio of two timings (or a FLOP rate over the peak)
+    measured in the same run."""
+    ratios = {
+        "train_step_vs_naive": train["naive_fp32"]["seconds"] / train["fp32"]["seconds"],
+        "peak_fraction": train["fp32"]["peak_fraction"],
+    }
+    if "bf16" in train:
+        ratios["peak_fraction_bf16"] = train["bf16"]["peak_fraction"]
+        ratios["train_step_bf16_vs_fp32"] = train["fp32"]["seconds"] / train["bf16"]["seconds"]
+    for name, c in components.items():
+        ratios[f"{name}_vs_{c['baseline']}"] = c["naive_ms"] / c["ours_ms"]
+        if c["ours_peak_mb"] and c["naive_peak_mb"] is not None:
+            ratios[f"{name}_memory_vs_{c['baseline']}"] = c["naive_peak_mb"] / c["ours_peak_mb"]
+    return ratios
+
+
 def bench_model(
     cfg: ModelConfig,
     batch_size: int = 32,
@@ -196,7 +240,8 @@ def bench_model(
     device: torch.device | str = "cpu",
     log: Log = lambda _: None,
 ) -> dict[str, Any]:
-    """Every figure of `glmflash bench model`, as one JSON-ready dict with `ratios`."""
+    """Every figure of `glmflash bench model`, as one JSON-ready dict with `ratios`.
+    One piece on purpose: the measurements in the order they run (the peak before and after)."""
     device = torch.device(device)
     tokens = batch_size * seq_len
     precisions = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if bf16 else {})}
@@ -217,23 +262,9 @@ def bench_model(
     peak = measure_peak({})
 
     log(f"train steps: ours in {', '.join(precisions)}, naive in fp32 (slow)")
-    g = torch.Generator().manual_seed(0)
-    batch = torch.randint(4, 260, (batch_size, seq_len + 1), generator=g).to(device)
-    x, y = batch[:, :-1], batch[:, 1:]
-    torch.manual_seed(0)
-    ours = GLMFlash(cfg).to(device).train()
-    torch.manual_seed(0)
-    naive = naive_glmflash(cfg).to(device).train()
-    steps = {
-        p: train_step(ours, x, y, autocast_dtype(device, "bf16") if p == "bf16" else None)
-        for p in precisions
-    }
-    steps["naive_fp32"] = train_step(naive, x, y, None)
-    seconds = best_times(
-        steps, {**dict.fromkeys(precisions, repeats), "naive_fp32": naive_repeats}, device
+    seconds = time_train_steps(
+        cfg, batch_size, seq_len, list(precisions), repeats, naive_repeats, device
     )
-    del ours, naive, steps
-
     components = bench_components(cfg, batch_size, seq_len, repeats, device, log)
     log("matmul peak, again")
     peak = measure_peak(peak)
@@ -245,17 +276,7 @@ def bench_model(
     for p in precisions:  # each step against the peak of its own matmul dtype
         train[p]["peak_fraction"] = train[p]["model_gflops"] / peak[p]["gflops"]
 
-    ratios = {
-        "train_step_vs_naive": seconds["naive_fp32"] / seconds["fp32"],
-        "peak_fraction": train["fp32"]["peak_fraction"],
-    }
-    if bf16:
-        ratios["peak_fraction_bf16"] = train["bf16"]["peak_fraction"]
-        ratios["train_step_bf16_vs_fp32"] = seconds["fp32"] / seconds["bf16"]
-    for name, c in components.items():
-        ratios[f"{name}_vs_{c['baseline']}"] = c["naive_ms"] / c["ours_ms"]
-        if c["ours_peak_mb"] and c["naive_peak_mb"] is not None:
-            ratios[f"{name}_memory_vs_{c['baseline']}"] = c["naive_peak_mb"] / c["ours_peak_mb"]
+    ratios = model_ratios(train, components)
     counts = parameter_counts(cfg)
     return {
         "bench": "model",

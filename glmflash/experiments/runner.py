@@ -326,6 +326,34 @@ def _run_in_processes(
             raise
 
 
+def _tally(
+    experiment: Experiment,
+    counts: dict[str, int],
+    show: Callable[..., None],
+    log: Callable[[str], None],
+) -> Callable[[dict[str, Any]], None]:
+    """What happens as each run's record comes back: counted (executed, failed), a failure
+    logged with its error, the progress line shown with the run's metric."""
+
+    def done(record: dict[str, Any]) -> None:
+        counts["executed"] += 1
+        figures: dict[str, Any] = {
+            "last": f"{record['condition']}/seed{record['seed']}",
+            "s": float(record["seconds"]),
+        }
+        if record["status"] == "ok":
+            figures[experiment.metric] = float(record["metrics"][experiment.metric])
+        else:
+            counts["failed"] += 1
+            log(
+                f"{experiment.name}: run {record['condition']} seed {record['seed']} failed: "
+                f"{record['error']}"
+            )
+        show(**figures)
+
+    return done
+
+
 def run_experiment(
     experiment: Experiment,
     out: str | Path,
@@ -342,7 +370,8 @@ def run_experiment(
     """Run the grid of `experiment` into OUT/NAME. Backend "local": with workers == 1 the runs
     execute in this process (one thread, as in a worker); otherwise in `workers` spawned
     processes. Backend "ray": as Ray tasks, on a cluster at `address` or on a local instance
-    with `workers` CPUs. `overrides` replace settings of every condition (--set KEY=VALUE)."""
+    with `workers` CPUs. `overrides` replace settings of every condition (--set KEY=VALUE).
+    One piece on purpose: plan, session record, runs and summary, in the order they happen."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     _check_backend(workers, backend, address, gpus_per_run)
     seeds = (
@@ -355,18 +384,9 @@ def run_experiment(
     folder = Path(out) / experiment.name
     jobs, skipped = plan(experiment, folder, seeds, quick, resume, overrides)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    session = {"started": started, "workers": workers, "backend": backend}
     _start_session(
-        folder,
-        experiment,
-        seeds,
-        quick,
-        {
-            "started": started,
-            "workers": workers,
-            "backend": backend,
-            "planned": len(jobs),
-            "skipped": skipped,
-        },
+        folder, experiment, seeds, quick, {**session, "planned": len(jobs), "skipped": skipped}
     )
     total = len(jobs) + skipped
     log(
@@ -382,22 +402,9 @@ def run_experiment(
     counts = {"executed": 0, "failed": 0}
     lost: list[Job] = []
     t0 = time.perf_counter()
-
-    def done(record: dict[str, Any]) -> None:
-        counts["executed"] += 1
-        figures: dict[str, Any] = {
-            "last": f"{record['condition']}/seed{record['seed']}",
-            "s": float(record["seconds"]),
-        }
-        if record["status"] == "ok":
-            figures[experiment.metric] = float(record["metrics"][experiment.metric])
-        else:
-            counts["failed"] += 1
-            log(
-                f"{experiment.name}: run {record['condition']} seed {record['seed']} failed: "
-                f"{record['error']}"
-            )
-        progress.update(skipped + counts["executed"], **figures)
+    done = _tally(
+        experiment, counts, lambda **fig: progress.update(skipped + counts["executed"], **fig), log
+    )
 
     try:
         if backend == "ray" and jobs:

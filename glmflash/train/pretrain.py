@@ -134,7 +134,10 @@ def pretrain(
     model_overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) the run in `out`; returns a summary dict."""
+    """Train (or resume) the run in `out`; returns a summary dict.
+
+    One piece on purpose: the loop reads top to bottom as one step happens (schedule, batch,
+    update, metrics, evaluation, checkpoint); the update itself is `update`."""
     out = Path(out)
     dev = resolve_device(device)
     dist = init_distributed(dev)

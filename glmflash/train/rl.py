@@ -268,7 +268,10 @@ def train_rl(
     log=None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run RLOO from checkpoint `init` into `out`; returns a summary dict."""
+    """Run RL from checkpoint `init` into `out`; returns a summary dict.
+
+    One piece on purpose: set-up, resume, the loop over steps and the dev selection in the
+    order they happen; a step is `_rl_step` (or `_sft_step`)."""
     log = log or (lambda m: print(m, file=sys.stderr))
     out, dev = Path(out), resolve_device(device)
     model, meta = ckpt.load_model(init, dev)
@@ -376,7 +379,8 @@ def _rl_step(
     out: Path,
 ) -> dict[str, Any]:
     """Sample, verify and reward G completions for each task of `batch`; update; the step's
-    health figures."""
+    health figures. One piece on purpose: the rollouts file, the rewards and the figures are
+    written from the same records as they are made."""
     from glmflash.verify import verify_many
 
     # one call for the whole step: prompts of equal length share decoding batches; the seed

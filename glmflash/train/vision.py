@@ -122,7 +122,7 @@ def train_steps(
     progress: bool,
 ) -> tuple[list[nn.Parameter], float]:
     """One stage: `steps` AdamW updates on fresh renderings from index `start`; returns the
-    trained parameters and the last loss."""
+    trained parameters and the last loss. One piece on purpose: a plain training loop."""
     params = scope_parameters(vlm, scope)
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
     trained_moe = [
@@ -371,6 +371,42 @@ class VisionConfig:
             )
 
 
+def evaluate_vision(
+    vlm: VisionLanguageModel,
+    cfg: VisionConfig,
+    dev: torch.device,
+    amp: torch.dtype | None,
+    plots: Path | None,
+) -> dict[str, Any]:
+    """[correct, n] and accuracy on the held-out, far and training renderings (the held-out
+    confusion matrix too, and its pictures into `plots`), and on scikit-learn's digits when
+    it is installed."""
+    results: dict[str, Any] = {}
+    for split in ("heldout", "far", "train"):
+        images, labels = evaluation_set(split, cfg.eval_size, cfg.seed)
+        preds = predict_all(vlm, images, dev, amp)
+        k = int((preds == labels).sum())
+        results[f"{split}_correct"] = [k, cfg.eval_size]
+        results[f"{split}_accuracy"] = k / cfg.eval_size
+        if split == "heldout":
+            matrix = confusion_matrix(labels, preds)
+            results["heldout_confusion"] = matrix.tolist()
+            if plots is not None:
+                plot_grid(images, labels, preds, plots / "heldout_grid.png")
+                plot_confusion(
+                    matrix,
+                    plots / "confusion.png",
+                    f"held-out renderings: {k}/{cfg.eval_size} correct",
+                )
+    extra = digits.sklearn_digits()
+    if extra is None:
+        results["sklearn_digits"] = "skipped: scikit-learn is not installed"
+    else:
+        preds = predict_all(vlm, extra[0], dev, amp)
+        results["sklearn_correct"] = [int((preds == extra[1]).sum()), len(extra[1])]
+    return results
+
+
 def train_vision(
     out: str | Path,
     cfg: VisionConfig,
@@ -379,7 +415,8 @@ def train_vision(
     progress: bool = True,
     plots: bool = True,
 ) -> dict[str, Any]:
-    """Train the vision path, evaluate it, write everything to `out`; returns the results."""
+    """Train the vision path, evaluate it, write everything to `out`; returns the results.
+    One piece on purpose: the stages in order, then the record of the run."""
     out = Path(out)
     if (out / RESULTS).exists():
         raise VisionTrainError(f"{out} already holds a vision run; choose another --out")
@@ -397,64 +434,22 @@ def train_vision(
         raise VisionTrainError(f"cannot write to {out}: {e.strerror}") from None
 
     common = dict(
-        warmup=cfg.warmup,
-        weight_decay=cfg.weight_decay,
-        seed=cfg.seed,
-        dev=dev,
-        amp=amp,
-        out=out,
-        progress=progress,
+        warmup=cfg.warmup, weight_decay=cfg.weight_decay, seed=cfg.seed, dev=dev, amp=amp, out=out
     )
     t0 = time.perf_counter()
     if cfg.align_steps:
-        train_steps(
-            vlm,
-            "align",
-            cfg.align_steps,
-            0,
-            cfg.align_batch_size,
-            cfg.align_lr,
-            scope="vision",
-            **common,
-        )
+        align = (cfg.align_steps, 0, cfg.align_batch_size, cfg.align_lr)
+        train_steps(vlm, "align", *align, scope="vision", progress=progress, **common)
     align_seconds = time.perf_counter() - t0
+    full = (cfg.steps, cfg.align_steps * cfg.align_batch_size, cfg.batch_size, cfg.lr)
     params, loss_value = train_steps(
-        vlm,
-        "full",
-        cfg.steps,
-        cfg.align_steps * cfg.align_batch_size,
-        cfg.batch_size,
-        cfg.lr,
-        scope=cfg.train_scope,
-        **common,
+        vlm, "full", *full, scope=cfg.train_scope, progress=progress, **common
     )
     lm_trained = any(p.requires_grad for p in vlm.lm.parameters())
     train_seconds = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    results: dict[str, Any] = {}
-    for split in ("heldout", "far", "train"):
-        images, labels = evaluation_set(split, cfg.eval_size, cfg.seed)
-        preds = predict_all(vlm, images, dev, amp)
-        k = int((preds == labels).sum())
-        results[f"{split}_correct"] = [k, cfg.eval_size]
-        results[f"{split}_accuracy"] = k / cfg.eval_size
-        if split == "heldout":
-            matrix = confusion_matrix(labels, preds)
-            results["heldout_confusion"] = matrix.tolist()
-            if plots:
-                plot_grid(images, labels, preds, out / "heldout_grid.png")
-                plot_confusion(
-                    matrix,
-                    out / "confusion.png",
-                    f"held-out renderings: {k}/{cfg.eval_size} correct",
-                )
-    extra = digits.sklearn_digits()
-    if extra is None:
-        results["sklearn_digits"] = "skipped: scikit-learn is not installed"
-    else:
-        preds = predict_all(vlm, extra[0], dev, amp)
-        results["sklearn_correct"] = [int((preds == extra[1]).sum()), len(extra[1])]
+    results = evaluate_vision(vlm, cfg, dev, amp, out if plots else None)
     eval_seconds = time.perf_counter() - t1
 
     meta = {
