@@ -313,14 +313,15 @@ def train_rl(
         best["last"] = evals[-1]
     if start == 0 and best is None:
         best = _evaluate_dev(model, dev, cfg, out, 0, None)
+    learner = Learner(model, reference, ptx, optimizer, params, cfg, out)
+    step = _rl_step if cfg.objective == "rloo" else _sft_step
     bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
     scalars = Scalars(out, purge_step=start)
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
     g = start
     while g < cfg.groups:
         batch = order[g : min(cfg.groups, g + cfg.tasks_per_step)]
-        step = _rl_step if cfg.objective == "rloo" else _sft_step
-        stats = step(model, reference, ptx, optimizer, params, batch, g, cfg, out)
+        stats = step(learner, batch, g)
         g += len(batch)
         n_rollouts += len(batch) * (cfg.group_size if cfg.objective == "rloo" else 1)
         stats.update(step=g, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
@@ -367,22 +368,28 @@ def rl_optimizer(params: list[Tensor], cfg: RLConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
 
 
-def _rl_step(
-    model,
-    reference,
-    ptx,
-    optimizer,
-    params,
-    batch: list[CodeTask],
-    g0: int,
-    cfg: RLConfig,
-    out: Path,
-) -> dict[str, Any]:
+@dataclass
+class Learner:
+    """What a training step works on: the policy and its frozen initial copy (the KL
+    reference; None for SFT), the optional pretraining stream of the ptx term, the optimizer
+    over the trained parameters, the settings and the run folder."""
+
+    model: GLMFlash
+    reference: GLMFlash | None
+    ptx: Any
+    optimizer: torch.optim.Optimizer
+    params: list[Tensor]
+    cfg: RLConfig
+    out: Path
+
+
+def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
     """Sample, verify and reward G completions for each task of `batch`; update; the step's
     health figures. One piece on purpose: the rollouts file, the rewards and the figures are
     written from the same records as they are made."""
     from glmflash.verify import verify_many
 
+    model, cfg, out = learner.model, learner.cfg, learner.out
     # one call for the whole step: prompts of equal length share decoding batches; the seed
     # is the step's first group index, so resuming at a step boundary reproduces the samples
     owners = [task for task in batch for _ in range(cfg.group_size)]
@@ -419,9 +426,18 @@ def _rl_step(
                 "advantage": float(adv[i]),
             },
         )
+    ptx = learner.ptx
     lm_batch = ptx.batch(g0 // cfg.tasks_per_step, cfg.ptx_batch) if ptx is not None else None
     update = policy_update(
-        model, reference, optimizer, params, prompts, completions, adv, cfg, lm_batch
+        model,
+        learner.reference,
+        learner.optimizer,
+        learner.params,
+        prompts,
+        completions,
+        adv,
+        cfg,
+        lm_batch,
     )
     statuses = [v.status for v in verdicts]
     return {
@@ -437,29 +453,20 @@ def _rl_step(
     }
 
 
-def _sft_step(
-    model,
-    reference,
-    ptx,
-    optimizer,
-    params,
-    batch: list[CodeTask],
-    g0: int,
-    cfg: RLConfig,
-    out: Path,
-) -> dict[str, Any]:
+def _sft_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
     """The supervised counterpart of `_rl_step` on the same tasks: one update on each task's
-    reference body (+ EOS), mean token log-likelihood; no sampling, no verifier, no reward.
-    (reference, ptx and out are unused: same signature as _rl_step.)"""
+    reference body (+ EOS), mean token log-likelihood; no sampling, no verifier, no reward
+    (the learner's reference policy and ptx stream are not used)."""
+    model = learner.model
     model.train()
     prompts = [tok.encode(t.prompt) for t in batch]
     bodies = [tok.encode(t.reference) + [tok.EOS] for t in batch]
     scored = sequence_logprobs(model, prompts, bodies)
     loss = -scored.logp.sum() / scored.mask.sum()
-    optimizer.zero_grad(set_to_none=True)
+    learner.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(learner.params, learner.cfg.grad_clip)
+    learner.optimizer.step()
     return {
         "reward_mean": None,
         "pass_rate": None,

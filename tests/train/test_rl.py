@@ -19,6 +19,7 @@ from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import save_model
 from glmflash.train.policy_gradient import advantages, k3_kl, policy_surrogate
 from glmflash.train.rl import (
+    Learner,
     RLConfig,
     _best_so_far,
     _evaluate_dev,
@@ -274,7 +275,7 @@ def test_health_metrics_of_a_step(tmp_path, monkeypatch):
     """Against the rollouts the step wrote: reward spread, groups without spread, truncation
     and length; entropy and KL from the scored tokens (KL 0 before the first update)."""
     monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
-    from glmflash.train.rl import _rl_step
+    from glmflash.train.rl import Learner, _rl_step
 
     model = tiny_model(4)
     with torch.no_grad():
@@ -292,9 +293,8 @@ def test_health_metrics_of_a_step(tmp_path, monkeypatch):
     reference = tiny_model(4)
     reference.load_state_dict(model.state_dict())
     batch = rl_tasks(RLConfig(groups=2, families=("double",), ladder_share=0.0))
-    stats = _rl_step(
-        model, reference, None, rl_optimizer(params, cfg), params, batch, 0, cfg, tmp_path
-    )
+    learner = Learner(model, reference, None, rl_optimizer(params, cfg), params, cfg, tmp_path)
+    stats = _rl_step(learner, batch, 0)
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").open()]
     rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float64)
     assert stats["reward_mean"] == pytest.approx(float(rewards.mean()))
@@ -402,10 +402,11 @@ def test_sft_step_lowers_the_reference_bodies_loss():
         return float(-logp.sum() / mask.sum())
 
     before = nll()
-    first = _sft_step(model, None, None, opt, params, batch, 0, cfg, None)
+    learner = Learner(model, None, None, opt, params, cfg, None)
+    first = _sft_step(learner, batch, 0)
     assert first["loss"] == pytest.approx(before, rel=1e-4)
     for _ in range(5):
-        _sft_step(model, None, None, opt, params, batch, 0, cfg, None)
+        _sft_step(learner, batch, 0)
     assert nll() < before - 0.5
 
 
