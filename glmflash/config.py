@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from glmflash.flags import setting
+from glmflash.flags import from_fields, setting
 from glmflash.tokenizer import VOCAB_SIZE
 
 
@@ -135,11 +135,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown model option(s): {', '.join(unknown)}")
-        return cls(**data)
+        return from_fields(cls, data, "model option", ConfigError)
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -110,6 +110,14 @@ def with_setting(config: Any, path: str, text: str, _above: str = "") -> Any:
     return dataclasses.replace(config, **{head: value})
 
 
+def from_fields(cls: type, data: dict[str, Any], what: str, error: type = ValueError) -> Any:
+    """`cls(**data)`, refusing keys that are not fields of `cls` by name (as `error`)."""
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise error(f"unknown {what}(s): {', '.join(unknown)}")
+    return cls(**data)
+
+
 def _field_names(config: Any) -> list[str]:
     return [f.name for f in dataclasses.fields(config)]
 
@@ -121,6 +129,7 @@ def _shown(value: Any) -> str:
 __all__ = [
     "add_config_flags",
     "flag_name",
+    "from_fields",
     "given",
     "parse_setting",
     "setting",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from glmflash.evaluate.stats import proportion_interval
+from glmflash.plots import pyplot, save
 from glmflash.stages import ConfirmEval
 
 # the reference lab's figures: its pass@k was pass@8 at temperature 0.8, on the 25m scale
@@ -37,10 +38,7 @@ def ci(pair: list[float]) -> str:
 def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: Path) -> None:
     """One bar chart per panel (y label, name -> {"before": [k, n], "after": [k, n]}): the
     pass rate of each name before and after RL, side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.8), squeeze=False)
@@ -53,9 +51,7 @@ def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: 
         ax.set_ylim(0, 1)
         ax.set_ylabel(label)
     axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+    save(fig, png, dpi=120)
 
 
 def family_bars(results: dict[str, Any], png: Path) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from glmflash.errors import CLIError
 from glmflash.evaluate import stats
 from glmflash.experiments.runner import DEFINITION, RUNS, read_run, write_json_atomic
+from glmflash.plots import pyplot, save
 
 ALPHA = 0.05
 
@@ -247,15 +248,6 @@ def markdown(summary: dict[str, Any], plots: list[str]) -> str:
 # ---------------------------------------------------------------------------- plots
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_curves(runs: list[dict[str, Any]], conditions: list[str], metric: str, path: Path) -> bool:
     """Learning curves of `metric` (or the first curve the runs have): seeds thin, mean thick.
     Returns False when no run recorded a curve."""
@@ -263,7 +255,7 @@ def plot_curves(runs: list[dict[str, Any]], conditions: list[str], metric: str, 
     if not keys:
         return False
     key = metric if metric in keys else keys[0]
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, c in enumerate(conditions):
@@ -284,9 +276,7 @@ def plot_curves(runs: list[dict[str, Any]], conditions: list[str], metric: str, 
     ax.set_ylabel(key)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return True
 
 
@@ -294,7 +284,7 @@ def plot_paired(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     rows = [r for r in rows if r["n"]]
     if not rows:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     cols = min(len(rows), 4)
     nrows = math.ceil(len(rows) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.4 * nrows), squeeze=False)
@@ -318,9 +308,7 @@ def plot_paired(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     axes[0, 0].set_ylabel(metric)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return True
 
 
@@ -328,7 +316,7 @@ def plot_forest(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     rows = [r for r in rows if r["n"]]
     if not rows:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.4))
     y = np.arange(len(rows))[::-1]
     est = np.array([r["difference"] for r in rows])
@@ -340,9 +328,7 @@ def plot_forest(rows: list[dict[str, Any]], metric: str, path: Path) -> bool:
     ax.set_yticks(y, [f"{r['b']} - {r['a']}  (p_Holm={r['p_holm']:.3g})" for r in rows], fontsize=8)
     ax.set_xlabel(f"difference in {metric}\n(b - a, 95% paired bootstrap interval)")
     ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, dpi=110)
     return True
 
 

@@ -35,7 +35,6 @@ not the first quarter of a 200-update one.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import time
@@ -50,6 +49,7 @@ from glmflash.config import PretrainConfig, model_config
 from glmflash.data import compositions as comp
 from glmflash.data.stream import PackedStream
 from glmflash.device import autocast, autocast_dtype
+from glmflash.flags import from_fields
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
 from glmflash.train.optim import make_optimizer
@@ -101,11 +101,7 @@ class SmallRun:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> SmallRun:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ValueError(f"unknown small-model option(s): {', '.join(unknown)}")
-        return cls(**config)
+        return from_fields(cls, config, "small-model option")
 
     @property
     def updates(self) -> int:

@@ -30,6 +30,7 @@ from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash, ModelOutput
+from glmflash.plots import pyplot, save
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.checkpoint import (
     checkpoint_dirs,
@@ -297,10 +298,7 @@ def plot_losses(metrics: Path, png: Path) -> None:
     rows = list(read_jsonl(metrics))
     if not rows:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train", lw=1)
@@ -312,9 +310,7 @@ def plot_losses(metrics: Path, png: Path) -> None:
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+    save(fig, png, dpi=120)
 
 
 # -- command line ----------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from glmflash.flags import add_config_flags, given, setting
 from glmflash.generate import generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
+from glmflash.plots import pyplot, save
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.checkpoint import checkpoint_dirs, load_training_state, save_training_state
 from glmflash.train.policy_gradient import (
@@ -589,10 +590,7 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
     """The reward, the dev evaluations and the health metrics against groups, four panels."""
     if not rows:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
     steps = [r["step"] for r in rows]
@@ -616,9 +614,7 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
             ax.legend(fontsize=8)
     for ax in axes[-1]:
         ax.set_xlabel("groups")
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+    save(fig, png, dpi=120)
 
 
 # -- command line ----------------------------------------------------------------------------

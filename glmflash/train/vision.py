@@ -47,6 +47,7 @@ from glmflash.flags import add_config_flags, given, setting
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
+from glmflash.plots import pyplot, save
 from glmflash.train import checkpoint as ckpt
 from glmflash.train.progress import Progress
 from glmflash.train.runlog import append_jsonl
@@ -258,10 +259,7 @@ def load_vision(folder: str | Path, device: str | torch.device = "cpu") -> Visio
 
 def plot_grid(images: Tensor, labels: Tensor, preds: Tensor, png: Path, n: int = 64) -> None:
     """Held-out images with 'predicted / true' titles, wrong answers in red."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     n = min(n, len(images))
     cols = 8
@@ -278,9 +276,7 @@ def plot_grid(images: Tensor, labels: Tensor, preds: Tensor, png: Path, n: int =
                 color="black" if pred == true else "red",
             )
     fig.suptitle("held-out renderings: predicted / true", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
+    save(fig, png, dpi=100)
 
 
 def confusion_matrix(labels: Tensor, preds: Tensor) -> Tensor:
@@ -290,10 +286,7 @@ def confusion_matrix(labels: Tensor, preds: Tensor) -> Tensor:
 
 
 def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 4.8))
     ax.imshow(matrix.numpy(), cmap="Blues")
@@ -315,9 +308,7 @@ def plot_confusion(matrix: Tensor, png: Path, title: str) -> None:
     ax.set_xlabel("answer")
     ax.set_ylabel("true digit")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save(fig, png, dpi=110)
 
 
 # -- the run -----------------------------------------------------------------------------------
