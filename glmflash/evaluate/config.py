@@ -24,7 +24,7 @@ class Sampling:
     k: int = setting(0, "k of pass@k, at most samples (0: k = samples)")
     temperature: float = setting(0.8, "sampling temperature (sample mode)")
     top_p: float = setting(1.0, "nucleus sampling: draw from the top tokens holding this mass")
-    seed: int = setting(0, "seed of the draws")
+    seed: int = setting(0, "seed of the draws (glmflash eval also draws its tasks with it)")
     max_new_tokens: int = setting(MAX_NEW_TOKENS, "token budget of a completion")
 
     def __post_init__(self) -> None:
