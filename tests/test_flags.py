@@ -1,16 +1,23 @@
 """Every config field is a flag of its command, with its help, and a value given on the command
-line arrives in the config: adding a setting is one field in one dataclass."""
+line arrives in the config and in the run's record: adding a setting is one field in one
+dataclass."""
 
 import argparse
 import dataclasses
+import json
+import typing
 
 import pytest
+import torch
 
-from glmflash.config import PretrainConfig
+from glmflash.cli import main
+from glmflash.config import PretrainConfig, model_config
 from glmflash.evaluate import coding
 from glmflash.evaluate.config import Sampling
 from glmflash.flags import add_config_flags, flag_name, given, setting
+from glmflash.model.lm import GLMFlash
 from glmflash.train import pretrain, rl, vision
+from glmflash.train.checkpoint import save_model
 
 COMMANDS = [
     (pretrain, PretrainConfig, lambda args: PretrainConfig(**given(PretrainConfig, args))),
@@ -109,3 +116,61 @@ def test_tuples_and_booleans():
         "on": True,
     }
     assert given(Conf, p.parse_args(["--no-on"])) == {"on": False}
+
+
+CHEAP = {  # non-default values that keep each run to seconds
+    "pretrain": dict(
+        preset="tiny", steps=2, batch_size=2, seq_len=16, warmup=1, eval_every=1,
+        eval_batches=1, eval_tasks=1, ckpt_every=1, keep_checkpoints=1,
+    ),
+    "rl": dict(
+        groups=2, group_size=2, tasks_per_step=1, ptx_batch=1, max_new_tokens=4, eval_every=1,
+        dev_per_family=1, dev_ladder=1, families=("double",), scope="all",
+    ),
+    "vision": dict(
+        preset="tiny", steps=2, batch_size=2, warmup=1, align_steps=1, align_batch_size=2,
+        eval_size=3,
+    ),
+}  # fmt: skip
+
+
+def argv_setting_everything(cls, cheap: dict) -> tuple[list[str], dict]:
+    """Flags giving every field of `cls` a non-default value, and those values."""
+    hints = typing.get_type_hints(cls)
+    argv, values = [], {}
+    for f in dataclasses.fields(cls):
+        value, flags = other_value(f, hints[f.name])
+        if f.name in cheap:
+            value = cheap[f.name]
+            text = ",".join(value) if isinstance(value, tuple) else str(value)
+            flags = [flags[0], text]
+        argv += flags
+        values[f.name] = value
+    return argv, values
+
+
+@pytest.mark.parametrize(
+    "command, cls, record",
+    [
+        (
+            "pretrain",
+            PretrainConfig,
+            lambda out: json.loads((out / "run.json").read_text())["pretrain"],
+        ),
+        ("rl", rl.RLConfig, lambda out: json.loads((out / "run.json").read_text())["rl"]),
+        ("vision", vision.VisionConfig, lambda out: json.loads((out / "results.json").read_text())),
+    ],
+)
+def test_every_setting_reaches_the_run_record(tmp_path, command, cls, record):
+    argv, values = argv_setting_everything(cls, CHEAP[command])
+    assert all(values[f.name] != f.default for f in dataclasses.fields(cls))
+    out = tmp_path / "run"
+    extra = {"pretrain": [], "vision": ["--from-scratch"], "rl": ["--init", str(tmp_path / "ck")]}
+    if command == "rl":
+        torch.manual_seed(0)
+        save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))
+    assert main([command, "--out", str(out), "--device", "cpu", *extra[command], *argv]) == 0
+    saved = record(out)
+    for name, value in values.items():
+        got = tuple(saved[name]) if isinstance(value, tuple) else saved[name]
+        assert got == value, name
