@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glmflash.config import ModelConfig
-from glmflash.model.moe import MoE
+from glmflash.model.moe import MoE, MoEStats
 from glmflash.model.norm import RMSNorm
 from glmflash.model.streams import expand_streams, make_stream_mixer, merge_streams
 
@@ -79,7 +79,9 @@ class ModelOutput:
     loss: Tensor | None = None  # next-token cross-entropy, when targets are given
     aux_loss: Tensor | None = None  # sum of the MoE balance losses (and MTP loss, if on)
     indexer_kl: Tensor | None = None  # sum over sparse layers, lightning indexer in training
-    load: Tensor | None = None  # [n_layers, n_experts] fraction of assignments per expert
+    # [n_moe, n_experts] fraction of assignments per expert, one row per MoE that ran: the
+    # layers', then the MTP block's when its loss was computed (the order of moe_layers())
+    load: Tensor | None = None
     state: DecodeState | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
 
@@ -159,9 +161,10 @@ class GLMFlash(nn.Module):
         if targets is not None:
             out.loss = cross_entropy(out.logits, targets)
             if self.cfg.mtp:
-                mtp = self._mtp_loss(hidden, tokens, targets)
+                mtp, stats = self._mtp_loss(hidden, targets)
                 out.extra["mtp_loss"] = mtp
-                out.aux_loss = out.aux_loss + mtp
+                out.aux_loss = out.aux_loss + mtp + stats.balance_loss
+                out.load = torch.cat((out.load, stats.load[None]))
         return out
 
     def forward_embeddings(self, x: Tensor, state: DecodeState | None = None) -> ModelOutput:
@@ -190,13 +193,14 @@ class GLMFlash(nn.Module):
             out.extra["hidden"] = hidden
         return out
 
-    def _mtp_loss(self, hidden: Tensor, tokens: Tensor, targets: Tensor) -> Tensor:
-        """Cross-entropy of predicting targets[t + 1] from hidden[t] and embedding(targets[t])."""
+    def _mtp_loss(self, hidden: Tensor, targets: Tensor) -> tuple[Tensor, MoEStats]:
+        """Cross-entropy of predicting targets[t + 1] from hidden[t] and embedding(targets[t]),
+        and the MTP block's MoE statistics (its balance loss and load, balanced like a layer's)."""
         nxt = self.embedding(targets[:, :-1].clamp_min(0))
         z = self.mtp_proj(torch.cat((self.mtp_norm_h(hidden[:, :-1]), self.mtp_norm_e(nxt)), -1))
-        h, _, _ = self.mtp_block(expand_streams(z, self.cfg.n_streams))
+        h, _, stats = self.mtp_block(expand_streams(z, self.cfg.n_streams))
         logits = self.output(self.final_norm(merge_streams(h)))
-        return cross_entropy(logits, targets[:, 1:])
+        return cross_entropy(logits, targets[:, 1:]), stats
 
     # -- incremental decoding ---------------------------------------------------------------
     @torch.no_grad()
@@ -216,7 +220,9 @@ class GLMFlash(nn.Module):
                 layer.attn.dense_warmup = on
 
     def moe_layers(self) -> list[MoE]:
-        return [layer.moe for layer in self.layers]
+        """Every MoE in the order of `ModelOutput.load`'s rows: the layers', then the MTP
+        block's (its row is present when the MTP loss was computed, i.e. with targets)."""
+        return [layer.moe for layer in [*self.layers, *([self.mtp_block] if self.cfg.mtp else [])]]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

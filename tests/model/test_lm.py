@@ -152,8 +152,9 @@ def test_rmsnorm_matches_torch(shape):
 
 @pytest.mark.parametrize("name", ["default", "mtp"])
 def test_aux_loss_sums_every_layers_balance_loss(name):
-    """aux_loss = sum over layers of coef * E * sum_e f_e P_e, each recomputed from the
-    layer's MoE input (+ the MTP loss when on); no single layer's loss equals the sum."""
+    """aux_loss = sum over MoEs (the layers' and the MTP block's) of coef * E * sum_e f_e P_e,
+    each recomputed from the MoE's input (+ the MTP loss when on); no single loss equals the
+    sum; the output's load has one row per MoE, each equal to that MoE's f."""
     model = perturbed(tiny(balance_coef=0.5, **VARIANTS[name])).train()
     inputs = []
     hooks = [
@@ -164,13 +165,15 @@ def test_aux_loss_sums_every_layers_balance_loss(name):
     out = model(tokens[:, :-1], tokens[:, 1:])
     for h in hooks:
         h.remove()
-    per_layer = []
+    per_layer, loads = [], []
     for moe, x in zip(model.moe_layers(), inputs, strict=True):
         index, _, probs = moe.route(x.reshape(-1, x.shape[-1]))
         f = torch.bincount(index.flatten(), minlength=moe.n_experts).double() / index.numel()
         per_layer.append(0.5 * moe.n_experts * (f * probs.mean(0)).sum())
+        loads.append(f)
     expected = sum(per_layer) + out.extra.get("mtp_loss", 0.0)
-    assert len(per_layer) == model.cfg.n_layers
+    assert len(per_layer) == model.cfg.n_layers + model.cfg.mtp
+    assert torch.allclose(out.load.double(), torch.stack(loads))
     assert torch.allclose(out.aux_loss, expected, rtol=1e-12)
     assert all(out.aux_loss > loss + 0.4 for loss in per_layer)  # each is about coef = 0.5
 

@@ -201,11 +201,13 @@ def test_balance_loss_is_in_the_training_loss(tmp_path):
     ]
 
 
-def test_bias_balancing_is_updated_by_each_step(tmp_path):
-    """balance=bias: after one step each layer's selection bias is rate * sign(mean load -
-    load), the load being the initial model's routing of the first training batch."""
+@pytest.mark.parametrize("mtp", [False, True])
+def test_bias_balancing_is_updated_by_each_step(tmp_path, mtp):
+    """balance=bias: after one step each MoE's selection bias (the MTP block's too) is
+    rate * sign(mean load - load), the load being the initial model's routing of the first
+    training batch."""
     cfg = PretrainConfig(**{**FAST, "steps": 1, "eval_every": 1, "ckpt_every": 1})
-    options = {"balance": "bias", "bias_rate": 0.25}
+    options = {"balance": "bias", "bias_rate": 0.25, "mtp": mtp}
     pretrain(cfg, tmp_path / "run", device="cpu", model_overrides=options)
     torch.manual_seed(cfg.seed)  # the run's initial model and first batch, recomputed
     model = GLMFlash(model_config("tiny", **options)).train()
@@ -213,7 +215,8 @@ def test_bias_balancing_is_updated_by_each_step(tmp_path):
     load = model(x, y).load
     expected = 0.25 * torch.sign(load.mean(-1, keepdim=True) - load)
     trained = weights(tmp_path / "run")
-    bias = torch.stack([trained[f"layers.{i}.moe.select_bias"] for i in range(4)])
+    names = [f"layers.{i}.moe.select_bias" for i in range(4)] + ["mtp_block.moe.select_bias"] * mtp
+    bias = torch.stack([trained[name] for name in names])
     assert expected.abs().sum() > 0 and torch.equal(bias, expected)
 
 
