@@ -23,9 +23,9 @@ from safetensors.torch import load_file
 from glmflash.config import PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
 from glmflash.pipeline import Pipeline, PipelinePlan, select_by_dev_loss
-from glmflash.train.checkpoint import save_model
+from glmflash.train.checkpoint import load_model, save_model
 from glmflash.train.pretrain import pretrain
-from glmflash.train.rl import train_rl
+from glmflash.train.rl import _best_so_far, train_rl
 from glmflash.train.runlog import read_jsonl, trim_metrics
 
 KILL_SEED = 1  # its draws fall in pretraining, RL and vision on the reference clock
@@ -302,3 +302,42 @@ def test_a_run_resumed_after_its_last_checkpoint_reports_as_the_uninterrupted_on
     again = train_rl(init, tmp_path / "rl", rl, resume=True, **kw)
     assert whole["best_dev"] == {"group": 0, "dev_pass1": 1.0, "last": 0.5}
     assert strip(again) == strip(whole)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_kill_between_the_two_renames_of_best_gets_the_old_best_back(tmp_path, monkeypatch):
+    """Replacing `best` moves the old folder aside, then renames the new one in: killed
+    between the two, no `best` is left. The next reader gets the old one back, complete; the
+    dead writer's temporary folder is removed, a live writer's is left alone."""
+    old, new = (GLMFlash(model_config("tiny")) for _ in range(2))  # two draws of the init
+    save_model(tmp_path / "best", old, best={"dev_pass1": 0.5})
+    real_replace, calls = os.replace, []
+
+    def dies_at_the_second_rename(src, dst) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise Killed
+        real_replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr("glmflash.train.checkpoint.os.replace", dies_at_the_second_rename)
+        with pytest.raises(Killed):
+            save_model(tmp_path / "best", new, best={"dev_pass1": 0.75})
+    assert not (tmp_path / "best").exists()
+    pid = dead_pid()
+    for path in tmp_path.iterdir():  # as if written by a process now dead
+        path.rename(path.with_name(path.name.replace(f"-{os.getpid()}", f"-{pid}")))
+    alive = tmp_path / f".best.tmp-{os.getpid()}"
+    alive.mkdir()
+    assert _best_so_far(tmp_path) == {"dev_pass1": 0.5}
+    restored, _ = load_model(tmp_path / "best")
+    got, want, other = (m.state_dict() for m in (restored, old, new))
+    assert all(torch.equal(got[k], v) for k, v in want.items())
+    assert not torch.equal(got["embedding.weight"], other["embedding.weight"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["best", alive.name])

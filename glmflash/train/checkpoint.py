@@ -7,7 +7,8 @@ A checkpoint is a folder:
     train_state.pt      optimizer, RNG states and step (training checkpoints only: an exact
                         resume)
 Folders are written atomically (a temporary folder, then a rename), so a crash never leaves a
-half-written checkpoint. Every failure to load is a `CheckpointError` naming the file.
+half-written checkpoint, and what a killed writer left beside them is put right by the next
+write (`recover`). Every failure to load is a `CheckpointError` naming the file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -44,9 +46,49 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+# hidden siblings of a folder being written, replaced or deleted by process <pid>
+SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old|trash)-(?P<pid>\d+)$")
+
+
+def _sibling(final: Path, kind: str) -> Path:
+    return final.with_name(f".{final.name}.{kind}-{os.getpid()}")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def recover(parent: Path) -> None:
+    """Put right what killed writers left in `parent`: a folder caught between commit_dir's
+    two renames (the old one moved aside, the new one not yet in place) gets the old one back,
+    complete; temporary and half-deleted folders are removed. Only a dead process's siblings
+    are touched, so a writer still at work is left alone."""
+    if not parent.is_dir():
+        return
+    for path in sorted(parent.iterdir()):
+        m = SIBLING.match(path.name)
+        if m is None or _alive(int(m["pid"])):
+            continue
+        final = parent / m["name"]
+        if m["kind"] == "old" and not final.exists():
+            os.replace(path, final)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def atomic_dir(final: Path) -> Path:
-    """A fresh temporary sibling of `final`, to be filled and then `commit_dir`-ed."""
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    """A fresh temporary sibling of `final`, to be filled and then `commit_dir`-ed (what a
+    killed writer left beside it is recovered first)."""
+    recover(final.parent)
+    tmp = _sibling(final, "tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -59,7 +101,7 @@ def commit_dir(tmp: Path, final: Path) -> None:
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        old = _sibling(final, "old")
         os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old)
@@ -157,6 +199,7 @@ def checkpoint_dirs(out: Path) -> list[Path]:
 def rng_state() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "python": random.getstate(),
         "numpy": np.random.get_state(),
     }
@@ -164,6 +207,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
 
@@ -184,7 +229,7 @@ def save_training_state(
     torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state()}, tmp / STATE)
     commit_dir(tmp, final)
     for old in checkpoint_dirs(out)[:-keep]:  # out of the list first: never half deleted
-        trash = old.with_name(f".{old.name}.old-{os.getpid()}")
+        trash = _sibling(old, "trash")
         shutil.rmtree(trash, ignore_errors=True)
         os.replace(old, trash)
         shutil.rmtree(trash, ignore_errors=True)

@@ -546,6 +546,7 @@ def policy_update(
 
 
 def _best_so_far(out: Path) -> dict[str, Any] | None:
+    ckpt.recover(out)  # a kill while `best` was replaced leaves the old one aside
     path = out / "best" / "config.json"
     if path.is_file():
         return json.loads(path.read_text())["meta"]["best"]
