@@ -10,6 +10,9 @@ straightforward baselines, both measured in the same run, and where a train step
   profile   torch.profiler over a few pretraining steps (the pipeline's settings): time per
             part of the model (attention, MoE, stream connections, norms, ...), optimizer and
             step overhead, and the costliest ops
+  rl        rollouts per second of the pipeline's RL steps from a trained --checkpoint, the
+            time of sampling, verification and update, and the step with the reference lab's
+            sampling (full recomputation per token)
 
 With --json: one JSON object, the raw figures beside `ratios`, which maps each comparison to
 our speed / the baseline's (for memory: the baseline's peak / ours), so higher is better;
@@ -50,7 +53,7 @@ def context_list(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("which", choices=(*SECTIONS, "all", "profile"), help="what to measure")
+    p.add_argument("which", choices=(*SECTIONS, "all", "profile", "rl"), help="what to measure")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--preset", default="25m", help=f"one of {', '.join(PRESETS)}")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
@@ -89,8 +92,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="64,192",
         help="comma-separated context lengths for the cached step time",
     )
-    f = p.add_argument_group("profile")
-    f.add_argument("--steps", type=positive_int, default=3, help="profiled train steps")
+    f = p.add_argument_group("profile and rl")
+    f.add_argument(
+        "--steps",
+        type=positive_int,
+        default=3,
+        help="train steps profiled (profile); RL steps timed after one warm-up (rl)",
+    )
+    f.add_argument(
+        "--checkpoint", default=None, help="rl: the trained model whose RL steps are timed"
+    )
     f.add_argument(
         "--optimizer", choices=("adamw", "muon"), default=None, help="default: the pipeline's"
     )
@@ -147,6 +158,10 @@ def run_section(
             device,
             log,
         )
+    if which == "rl":
+        from glmflash.bench.rl import bench_rl
+
+        return bench_rl(args.checkpoint, args.steps, device, log)
     if which == "profile":
         from dataclasses import replace
 
@@ -180,6 +195,11 @@ def run(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
         if "generate" in sections:  # before minutes of other measurements
             check_lengths(cfg, args.prompt_len, args.new_tokens, args.decode_contexts)
+        if args.which == "rl" and not args.checkpoint:
+            raise ValueError(
+                "bench rl needs a trained model (--checkpoint DIR): a random model's "
+                "completions stop at their first token"
+            )
     except (ConfigError, ValueError) as e:
         raise CLIError(str(e)) from None
     if args.threads is not None:

@@ -272,7 +272,7 @@ def train_rl(
     """Run RL from checkpoint `init` into `out`; returns a summary dict.
 
     One piece on purpose: set-up, resume, the loop over steps and the dev selection in the
-    order they happen; a step is `_rl_step` (or `_sft_step`)."""
+    order they happen; a step is `rl_step` (or `sft_step`)."""
     log = log or (lambda m: print(m, file=sys.stderr))
     out, dev = Path(out), resolve_device(device)
     model, meta = ckpt.load_model(init, dev)
@@ -289,19 +289,12 @@ def train_rl(
     else:
         out.mkdir(parents=True, exist_ok=True)
         run_file.write_text(json.dumps(record, indent=2))
-    trainable = set_scope(model, cfg.scope)
+    learner = make_learner(model, cfg, out)
+    trainable = sum(p.numel() for p in learner.params)
     log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope})")
-    # the initial policy: the KL penalty's anchor when kl > 0, and always the health metric's
-    # (the supervised control samples nothing and logs no KL: it needs no copy)
-    reference = None
-    if cfg.objective == "rloo":
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
-    ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = rl_optimizer(params, cfg)
     start = 0
     if resume and checkpoint_dirs(out):
-        start = load_training_state(checkpoint_dirs(out)[-1], model, optimizer)
+        start = load_training_state(checkpoint_dirs(out)[-1], model, learner.optimizer)
         log(f"resuming {out} from group {start}")
     note_machine(run_file, start, machine_record(dev, autocast="none"))
     trim_metrics(out / METRICS, start)
@@ -314,8 +307,7 @@ def train_rl(
         best["last"] = evals[-1]
     if start == 0 and best is None:
         best = _evaluate_dev(model, dev, cfg, out, 0, None)
-    learner = Learner(model, reference, ptx, optimizer, params, cfg, out)
-    step = _rl_step if cfg.objective == "rloo" else _sft_step
+    step = rl_step if cfg.objective == "rloo" else sft_step
     bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
     scalars = Scalars(out, purge_step=start)
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
@@ -337,7 +329,7 @@ def train_rl(
             pass_rate=stats["pass_rate"],
             rollouts_s=stats["rollouts_per_s"],
         )
-        save_training_state(out, g, model, optimizer, keep=1, metrics={"group": g})
+        save_training_state(out, g, model, learner.optimizer, keep=1, metrics={"group": g})
     bar.close()
     scalars.close()
     rows = list(read_jsonl(out / METRICS))
@@ -384,7 +376,21 @@ class Learner:
     out: Path
 
 
-def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
+def make_learner(model: GLMFlash, cfg: RLConfig, out: Path) -> Learner:
+    """Set the trained scope of `model` and gather what its steps need: the frozen initial
+    policy (the KL penalty's anchor when kl > 0, and always the health metric's; the
+    supervised control samples nothing and logs no KL, so it gets none), the ptx stream when
+    ptx > 0, and the optimizer over the trained parameters."""
+    set_scope(model, cfg.scope)
+    reference = None
+    if cfg.objective == "rloo":
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    return Learner(model, reference, ptx, rl_optimizer(params, cfg), params, cfg, out)
+
+
+def rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
     """Sample, verify and reward G completions for each task of `batch`; update; the step's
     health figures. One piece on purpose: the rollouts file, the rewards and the figures are
     written from the same records as they are made."""
@@ -394,6 +400,7 @@ def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
     # one call for the whole step: prompts of equal length share decoding batches; the seed
     # is the step's first group index, so resuming at a step boundary reproduces the samples
     owners = [task for task in batch for _ in range(cfg.group_size)]
+    t0 = time.perf_counter()
     completions = generate(
         model,
         [t.prompt for t in owners],
@@ -403,10 +410,12 @@ def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
         seed=derive_seed("rl", cfg.seed, g0),
     )
     prompts = [c.prompt_ids for c in completions]
+    t1 = time.perf_counter()
     verdicts = verify_many(
         [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)],
         [t.task for t in owners],
     )
+    t2 = time.perf_counter()
     rewards = torch.tensor([reward_of(v, cfg) for v in verdicts], dtype=torch.float64)
     rewards = rewards.view(len(batch), -1)
     adv = advantages(rewards, cfg.advantage, cfg.normalize_std).flatten()
@@ -429,6 +438,7 @@ def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
         )
     ptx = learner.ptx
     lm_batch = ptx.batch(g0 // cfg.tasks_per_step, cfg.ptx_batch) if ptx is not None else None
+    t3 = time.perf_counter()
     update = policy_update(
         model,
         learner.reference,
@@ -440,6 +450,7 @@ def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
         cfg,
         lm_batch,
     )
+    t4 = time.perf_counter()
     statuses = [v.status for v in verdicts]
     return {
         "reward_mean": float(rewards.mean()),
@@ -451,11 +462,15 @@ def _rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
         **update,
         "mean_len": sum(len(c.ids) for c in completions) / len(completions),
         "truncation_rate": sum(c.stop == "length" for c in completions) / len(completions),
+        # where the step's time went (the rest: rewards and the rollouts file)
+        "sample_seconds": t1 - t0,
+        "verify_seconds": t2 - t1,
+        "update_seconds": t4 - t3,
     }
 
 
-def _sft_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
-    """The supervised counterpart of `_rl_step` on the same tasks: one update on each task's
+def sft_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
+    """The supervised counterpart of `rl_step` on the same tasks: one update on each task's
     reference body (+ EOS), mean token log-likelihood; no sampling, no verifier, no reward
     (the learner's reference policy and ptx stream are not used)."""
     model = learner.model

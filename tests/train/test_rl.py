@@ -23,7 +23,6 @@ from glmflash.train.rl import (
     RLConfig,
     _best_so_far,
     _evaluate_dev,
-    _sft_step,
     dev_tasks,
     plot_rl,
     policy_update,
@@ -32,6 +31,7 @@ from glmflash.train.rl import (
     rl_tasks,
     sequence_logprobs,
     set_scope,
+    sft_step,
     train_rl,
 )
 from glmflash.verify import Verdict
@@ -275,7 +275,7 @@ def test_health_metrics_of_a_step(tmp_path, monkeypatch):
     """Against the rollouts the step wrote: reward spread, groups without spread, truncation
     and length; entropy and KL from the scored tokens (KL 0 before the first update)."""
     monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
-    from glmflash.train.rl import Learner, _rl_step
+    from glmflash.train.rl import Learner, rl_step
 
     model = tiny_model(4)
     with torch.no_grad():
@@ -294,7 +294,7 @@ def test_health_metrics_of_a_step(tmp_path, monkeypatch):
     reference.load_state_dict(model.state_dict())
     batch = rl_tasks(RLConfig(groups=2, families=("double",), ladder_share=0.0))
     learner = Learner(model, reference, None, rl_optimizer(params, cfg), params, cfg, tmp_path)
-    stats = _rl_step(learner, batch, 0)
+    stats = rl_step(learner, batch, 0)
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").open()]
     rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float64)
     assert stats["reward_mean"] == pytest.approx(float(rewards.mean()))
@@ -403,10 +403,10 @@ def test_sft_step_lowers_the_reference_bodies_loss():
 
     before = nll()
     learner = Learner(model, None, None, opt, params, cfg, None)
-    first = _sft_step(learner, batch, 0)
+    first = sft_step(learner, batch, 0)
     assert first["loss"] == pytest.approx(before, rel=1e-4)
     for _ in range(5):
-        _sft_step(learner, batch, 0)
+        sft_step(learner, batch, 0)
     assert nll() < before - 0.5
 
 
@@ -506,7 +506,7 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
 
     def rows(run: str, name: str) -> list[dict]:
         return [
-            {k: v for k, v in json.loads(line).items() if k != "rollouts_per_s"}
+            {k: v for k, v in json.loads(line).items() if not k.endswith(("_per_s", "_seconds"))}
             for line in (tmp_path / run / name).open()
         ]
 

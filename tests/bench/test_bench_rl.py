@@ -1,0 +1,79 @@
+"""`glmflash bench rl`: the warm-up step is not counted, the phases are the steps' own, the
+baseline samples the first timed step's prompts with the same seed by full recomputation;
+the command runs end to end on a tiny checkpoint. No timing assertions."""
+
+import json
+
+import pytest
+
+from glmflash.bench import rl as bench_rl_module
+from glmflash.bench.rl import bench_rl
+from glmflash.config import model_config
+from glmflash.data import derive_seed
+from glmflash.model.lm import GLMFlash
+from glmflash.train.checkpoint import save_model
+from glmflash.train.rl import RLConfig, rl_tasks
+from tests.bench.test_bench_smoke import bench
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt") / "tiny"
+    save_model(folder, GLMFlash(model_config("tiny")))
+    return folder
+
+
+def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatch):
+    """A stand-in step whose seconds grow with each call: the figures are the means over the
+    timed steps (calls 2 and 3), never the warm-up's; `other` is the step's remainder."""
+    calls, sampled = [], []
+
+    def fake_step(learner, batch, g0):
+        calls.append(g0)
+        k = len(calls)
+        return {
+            "sample_seconds": 1.0 * k,
+            "verify_seconds": 2.0 * k,
+            "update_seconds": 3.0 * k,
+            "mean_len": 10.0 * k,
+            "truncation_rate": 0.0,
+        }
+
+    clock = iter(range(0, 1000, 10))  # each step takes 10 "seconds", the baseline too
+    monkeypatch.setattr(bench_rl_module.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(bench_rl_module, "rl_step", fake_step)
+    monkeypatch.setattr(
+        bench_rl_module, "generate", lambda model, prompts, *a, **kw: sampled.append((prompts, kw))
+    )
+    r = bench_rl(checkpoint, steps=2)
+    cfg = RLConfig()
+    n = cfg.tasks_per_step
+    assert calls == [0, n, 2 * n]  # one warm-up, two timed, consecutive batches
+    assert r["phase_seconds"] == {"sample": 2.5, "verify": 5.0, "update": 7.5, "other": -5.0}
+    assert r["step_seconds"] == 10 and r["rollouts_per_s"] == n * cfg.group_size / 10
+    assert r["mean_completion_tokens"] == 25.0
+    ((prompts, kw),) = sampled
+    owners = [t for t in rl_tasks(cfg)[n : 2 * n] for _ in range(cfg.group_size)]
+    assert prompts == [t.prompt for t in owners]
+    assert kw["use_cache"] is False and kw["seed"] == derive_seed("rl", cfg.seed, n)
+    # the first timed step with the baseline's 10 s of sampling instead of its 2 s
+    assert r["ratios"]["rl_sampling_cached_vs_full"] == 10 / 2
+    assert r["ratios"]["rl_step_vs_full_recompute_sampling"] == (10 - 2 + 10) / 10
+
+
+def test_command_runs_on_a_checkpoint(checkpoint):
+    r = json.loads(bench("rl", "--json", "--checkpoint", str(checkpoint), "--steps", "1"))
+    cfg = RLConfig()
+    assert r["bench"] == "rl" and r["rollouts_per_step"] == cfg.tasks_per_step * cfg.group_size
+    phases = r["phase_seconds"]
+    assert abs(sum(phases.values()) - r["step_seconds"]) < 1e-9
+    assert all(phases[p] > 0 for p in ("sample", "verify", "update"))
+    assert set(r["ratios"]) == {"rl_step_vs_full_recompute_sampling", "rl_sampling_cached_vs_full"}
+    assert "cpu_capability" in r["environment"]
+
+
+def test_without_a_checkpoint_is_a_user_error():
+    from glmflash.errors import CLIError
+
+    with pytest.raises(CLIError, match="--checkpoint"):
+        bench("rl")
