@@ -1,9 +1,10 @@
 """Batched sampling with cached decoding: greedy, temperature and top-p, seeded.
 
-Prompts of equal length are decoded together: one prefill `model.step(prompt)` builds the
-recurrent states (linear layers) and KV caches (sparse layers), then every new token is a
-`step` of length 1. A sequence stops at EOS or when its function is complete: the body ended
-because a line returns to the outer indentation (that line is not part of the completion).
+Prompts of equal length are decoded together: one prefill `model.step(prompt)` of each
+distinct prompt builds the recurrent states (linear layers) and KV caches (sparse layers),
+shared by every sample of that prompt, then every new token is a `step` of length 1. A
+sequence stops at EOS or when its function is complete: the body ended because a line returns
+to the outer indentation (that line is not part of the completion).
 The same loop with `use_cache=False` recomputes the whole prefix for every token: the oracle
 the cached path is tested against, and the benchmark's baseline.
 """
@@ -94,8 +95,11 @@ def _generate_group(
     stops = ["length"] * B
     alive = torch.arange(B, device=prompt.device)  # original row of each active sequence
     seqs = prompt
-    if use_cache:
-        logits, state = model.step(prompt)
+    if use_cache:  # one prefill per distinct prompt (RL samples a group from each)
+        unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)
+        logits, state = model.step(unique)
+        if len(unique) < B:
+            logits, state = logits[inverse], state.select(inverse)
     else:
         logits = model(prompt).logits
     for _ in range(max_new):

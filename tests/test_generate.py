@@ -40,6 +40,30 @@ def test_cached_equals_full_recomputation(kind, temperature, top_p):
     assert any(len(c.ids) > 0 for c in cached)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_samples_of_a_prompt_share_one_prefill(kind, monkeypatch):
+    """Distinct prompts of one length interleaved with repeats (as RL's groups are): the
+    prefill runs once per distinct prompt, and every row still decodes as full recomputation
+    of its own prompt does."""
+    model = model_for(**KINDS[kind])
+    prompts = ["# f(x) =", "# g(y) =", "# g(y) =", "# f(x) =", "# h(z) ="] * 2
+    kw = dict(max_new_tokens=16, temperature=1.0, seed=7)
+    prefills, step = [], GLMFlash.step
+    monkeypatch.setattr(
+        GLMFlash,
+        "step",
+        lambda self, tokens, state=None: (
+            prefills.append(tokens.shape[0]) if state is None else None,
+            step(self, tokens, state),
+        )[1],
+    )
+    cached = generate(model, prompts, use_cache=True, **kw)
+    full = generate(model, prompts, use_cache=False, **kw)
+    assert prefills == [3]
+    assert [c.ids for c in cached] == [c.ids for c in full]
+    assert len({tuple(c.ids) for c in cached}) > 3  # samples of one prompt differ
+
+
 def test_sampling_is_seeded():
     model = model_for()
     a = generate(model, PROMPTS, max_new_tokens=12, temperature=1.0, seed=5)

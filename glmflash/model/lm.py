@@ -55,7 +55,8 @@ class DecodeState:
         )
 
     def select(self, index: Tensor) -> DecodeState:
-        """Keep the batch rows in `index` (drop finished sequences)."""
+        """The batch rows in `index`, in its order: drop finished sequences, or repeat a
+        shared prompt's state for each of its samples."""
         return DecodeState(
             _map_tensors(self.layers, lambda t: t.index_select(0, index)), self.position
         )
