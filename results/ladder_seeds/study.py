@@ -13,7 +13,8 @@ gets a hierarchical bootstrap interval (seeds, then tasks within seeds) and an e
 sign-flip test over the seeds' mean gains. With --passk-tasks, pass@k for k = 1..64 (64
 samples per task) before and after RL (the first seed), per rung, as passk.png.
 Work is kept under --work (rerunning skips what is done); the summary goes next to this file:
-summary.json ({rung: {gain, ci, seeds, p_signflip, ...}}), summary.md, passk.json, passk.png.
+summary.json ({rung: {gain, ci, seeds, p_signflip, ...}}), summary.md, passk.json, passk.png
+(--name NAME: NAME.json, NAME.md, passk_NAME.*).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> st
                 f"| {rung} | {b[0]:.3f} / {a[0]:.3f} | {b[7]:.3f} / {a[7]:.3f} | "
                 f"{b[63]:.3f} / {a[63]:.3f} |"
             )
-        lines += ["", "![pass@k](passk.png)"]
+        lines += ["", f"![pass@k]({'passk' if args.name is None else f'passk_{args.name}'}.png)"]
     return "\n".join(lines) + "\n"
 
 
@@ -214,6 +215,12 @@ def main() -> int:
         help="binary (the pipeline's) or partial: the share of hidden cases "
         "passed; the summary of a partial run is written as summary_partial.*",
     )
+    p.add_argument(
+        "--name",
+        default=None,
+        help="the summary's files NAME.json/.md (and passk_NAME.*) beside this script "
+        "(default: summary, or summary_partial with --reward partial)",
+    )
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     before = evaluate(args.init, args.work / "before.json", args.per_rung)
@@ -234,11 +241,13 @@ def main() -> int:
     if args.passk_tasks:
         rl = str(args.work / f"rl_{args.seeds[0]}" / "best")
         curves = passk_curves({"before": args.init, "after": rl}, args.work, args.passk_tasks)
-        plot_passk(curves, HERE / "passk.png")
-    name = "summary" if args.reward == "binary" else f"summary_{args.reward}"
+    name = args.name or ("summary" if args.reward == "binary" else f"summary_{args.reward}")
+    passk = "passk" if args.name is None else f"passk_{args.name}"
+    if curves:
+        plot_passk(curves, HERE / f"{passk}.png")
     (HERE / f"{name}.json").write_text(json.dumps(summary, indent=2))
     if curves:
-        (HERE / "passk.json").write_text(json.dumps(curves, indent=2))
+        (HERE / f"{passk}.json").write_text(json.dumps(curves, indent=2))
     (HERE / f"{name}.md").write_text(markdown(summary, curves, args))
     print((HERE / f"{name}.md").read_text())
     return 0
