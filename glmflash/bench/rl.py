@@ -30,6 +30,22 @@ PHASES = ("sample", "verify", "update")
 TARGET_ROLLOUTS_PER_S = 10.0  # the reference lab's RL: 1,536 rollouts in 155 s on a GPU
 
 
+def full_recompute_sampling(model, cfg: RLConfig, batch: list, g0: int) -> float:
+    """Seconds to draw an RL step's samples of `batch` (its first group index g0, so the same
+    seed) recomputing the whole prefix for every token, as the reference lab's RL did."""
+    t0 = time.perf_counter()
+    generate(
+        model,
+        [t.prompt for t in batch for _ in range(cfg.group_size)],
+        cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=derive_seed("rl", cfg.seed, g0),
+        use_cache=False,
+    )
+    return time.perf_counter() - t0
+
+
 def bench_rl(
     checkpoint: str | Path,
     steps: int = 3,
@@ -58,18 +74,7 @@ def bench_rl(
     rollouts = n * cfg.group_size
 
     log("the first timed step's sampling again, recomputing the prefix for every token (slow)")
-    owners = [t for t in tasks[n : 2 * n] for _ in range(cfg.group_size)]
-    t0 = time.perf_counter()
-    generate(
-        model,
-        [t.prompt for t in owners],
-        cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        seed=derive_seed("rl", cfg.seed, n),
-        use_cache=False,
-    )
-    full_sample = time.perf_counter() - t0
+    full_sample = full_recompute_sampling(model, cfg, tasks[n : 2 * n], n)
     full_step = rows[1]["step_seconds"] - rows[1]["sample_seconds"] + full_sample
     return {
         "bench": "rl",

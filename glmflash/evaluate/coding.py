@@ -83,6 +83,22 @@ def completion_source(task: CodeTask, completion: str) -> str:
     return task.prompt + completion
 
 
+def shown_prompts(
+    tasks: Sequence[CodeTask], context: int, min_room: int
+) -> tuple[list[str | list[int]], list[bool]]:
+    """Each task's prompt as the model sees it, and whether it was cut: a prompt that would
+    leave fewer than min_room tokens of the context to answer in loses its first bytes."""
+    keep = context - 1 - min_room  # 1: BOS
+    if keep < 1:
+        raise ValueError(
+            f"min_room {min_room} leaves no room for a prompt in a context of {context}"
+        )
+    encoded = [tok.encode(t.prompt) for t in tasks]
+    cut = [len(ids) > keep for ids in encoded]
+    shown = [ids[-keep:] if c else t.prompt for t, ids, c in zip(tasks, encoded, cut, strict=True)]
+    return shown, cut
+
+
 def evaluate_tasks(
     model: GLMFlash,
     tasks: Sequence[CodeTask],
@@ -102,14 +118,9 @@ def evaluate_tasks(
     labels = [t.family for t in tasks] if groups is None else list(groups)
     if len(labels) != len(tasks):
         raise ValueError(f"{len(labels)} group labels for {len(tasks)} tasks")
-    keep = model.cfg.context - 1 - min_room if min_room > 0 else None  # 1: BOS
-    if keep is not None and keep < 1:
-        raise ValueError(
-            f"min_room {min_room} leaves no room for a prompt in a context of {model.cfg.context}"
-        )
-    encoded = [tok.encode(t.prompt) for t in tasks] if keep else [[] for _ in tasks]
-    cut = [keep is not None and len(ids) > keep for ids in encoded]
-    shown = [ids[-keep:] if c else t.prompt for t, ids, c in zip(tasks, encoded, cut, strict=True)]
+    shown, cut = [t.prompt for t in tasks], [False] * len(tasks)
+    if min_room > 0:
+        shown, cut = shown_prompts(tasks, model.cfg.context, min_room)
     prompts = [p for p in shown for _ in range(n)]
     completions = generate(
         model,

@@ -205,7 +205,8 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
     metrics: heldout_byte_acc, heldout_exact (the 32 held-out structures), seen_byte_acc (the
     8 structures every schedule trains on), final train loss, timings; curves: train_loss
     (mean over each evaluation interval) and heldout_byte_acc at update 0 and every
-    eval_interval updates.
+    eval_interval updates. One piece on purpose: a run of the experiment reads top to bottom
+    (data, model, the training loop with its evaluations, the metrics).
     """
     run = SmallRun.from_dict(config)
     t0 = time.perf_counter()
