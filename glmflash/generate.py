@@ -96,10 +96,9 @@ def _generate_group(
     alive = torch.arange(B, device=prompt.device)  # original row of each active sequence
     seqs = prompt
     if use_cache:  # one prefill per distinct prompt (RL samples a group from each)
-        unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)
+        unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)  # rows sorted
         logits, state = model.step(unique)
-        if len(unique) < B:
-            logits, state = logits[inverse], state.select(inverse)
+        logits, state = logits[inverse], state.select(inverse)  # back to the rows' order
     else:
         logits = model(prompt).logits
     for _ in range(max_new):
