@@ -98,7 +98,8 @@ def _generate_group(
     if use_cache:  # one prefill per distinct prompt (RL samples a group from each)
         unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)  # rows sorted
         logits, state = model.step(unique)
-        logits, state = logits[inverse], state.select(inverse)  # back to the rows' order
+        if not torch.equal(inverse, torch.arange(B, device=inverse.device)):
+            logits, state = logits[inverse], state.select(inverse)  # back to the rows' order
     else:
         logits = model(prompt).logits
     for _ in range(max_new):
