@@ -1,12 +1,12 @@
 """Where RL's reward comes from: per RL run, the groups (one prompt, its samples) and the
 rollouts that passed, split into the seed families and the ladder's RL structures.
 
-    .venv/bin/python results/ladder_seeds/rollout_passes.py RUN_DIR [RUN_DIR ...]
+    .venv/bin/python results/ladder_seeds/rollout_passes.py [--name NAME] RUN_DIR [RUN_DIR ...]
 
 Each RUN_DIR is a `glmflash rl` output folder (its rollouts.jsonl holds every sample). A group
 in which nothing passes gives RLOO no signal about correctness (only about validity, through
 the -0.1 of invalid programs), so the share of groups with a pass says what RL can learn.
-Writes rollout_passes.md next to this file.
+Writes rollout_passes.md (or NAME.md) next to this file.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def count(run: Path) -> dict[str, list[int]]:
     return out
 
 
-def main(runs: list[str]) -> None:
+def main(runs: list[str], name: str = "rollout_passes") -> None:
     lines = [
         "| run | tasks | groups | groups with a pass | rollouts | passes |",
         "|---|---|---|---|---|---|",
@@ -48,19 +48,23 @@ def main(runs: list[str]) -> None:
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for run in runs:
         for kind, (g, gp, n, p) in sorted(count(Path(run)).items()):
-            name = "/".join(Path(run).parts[-2:])
+            label = "/".join(Path(run).parts[-2:])
             lines.append(
-                f"| {name} | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | {p} ({p / n:.1%}) |"
+                f"| {label} | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | {p} ({p / n:.1%}) |"
             )
             totals[kind] = [a + b for a, b in zip(totals[kind], (g, gp, n, p), strict=True)]
     for kind, (g, gp, n, p) in sorted(totals.items()):
         lines.append(f"| all | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | {p} ({p / n:.1%}) |")
     text = "\n".join(lines) + "\n"
-    (HERE / "rollout_passes.md").write_text(text)
+    (HERE / f"{name}.md").write_text(text)
     print(text, end="")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    name = "rollout_passes"
+    if args[:1] == ["--name"]:
+        name, args = args[1], args[2:]
+    if not args:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    main(args, name)
