@@ -149,7 +149,7 @@ class GLMFlash(nn.Module):
         indexer and the stream coefficients keep the init their modules give them."""
         std, out_std = self.cfg.init_std, self.cfg.init_std / (2 * self.cfg.n_layers) ** 0.5
         nn.init.normal_(self.embedding.weight, std=std)
-        for block in [*self.layers, *([self.mtp_block] if self.cfg.mtp else [])]:
+        for block in self.blocks():
             block.attn.init_weights(std, out_std)
             block.moe.init_weights(std, out_std)
 
@@ -220,10 +220,14 @@ class GLMFlash(nn.Module):
             if layer.kind == "S":
                 layer.attn.dense_warmup = on
 
+    def blocks(self) -> list[Block]:
+        """The layers, then the MTP block when there is one."""
+        return [*self.layers, *([self.mtp_block] if self.cfg.mtp else [])]
+
     def moe_layers(self) -> list[MoE]:
         """Every MoE in the order of `ModelOutput.load`'s rows: the layers', then the MTP
         block's (its row is present when the MTP loss was computed, i.e. with targets)."""
-        return [layer.moe for layer in [*self.layers, *([self.mtp_block] if self.cfg.mtp else [])]]
+        return [block.moe for block in self.blocks()]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
