@@ -7,7 +7,8 @@ verifier's workers start) and is not counted. A random model would not do: its c
 stop at their first token, so `--checkpoint` is required.
 
 The baseline is the reference lab's way of sampling, measured in the same run on the first
-timed step's prompts with the same seed: the whole prefix recomputed for every new token. Its
+timed step's prompts with the same seed and weights, just before that step: the whole prefix
+recomputed for every new token. Its
 ratio compares the RL step with that sampling (same verification and update) against ours.
 """
 
@@ -21,29 +22,11 @@ from typing import Any
 
 import torch
 
-from glmflash.data import derive_seed
-from glmflash.generate import generate
 from glmflash.train import checkpoint as ckpt
-from glmflash.train.rl import RLConfig, make_learner, rl_step, rl_tasks
+from glmflash.train.rl import RLConfig, make_learner, rl_step, rl_tasks, sample_rollouts
 
 PHASES = ("sample", "verify", "update")
 TARGET_ROLLOUTS_PER_S = 10.0  # the reference lab's RL: 1,536 rollouts in 155 s on a GPU
-
-
-def full_recompute_sampling(model, cfg: RLConfig, batch: list, g0: int) -> float:
-    """Seconds to draw an RL step's samples of `batch` (its first group index g0, so the same
-    seed) recomputing the whole prefix for every token, as the reference lab's RL did."""
-    t0 = time.perf_counter()
-    generate(
-        model,
-        [t.prompt for t in batch for _ in range(cfg.group_size)],
-        cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        seed=derive_seed("rl", cfg.seed, g0),
-        use_cache=False,
-    )
-    return time.perf_counter() - t0
 
 
 def bench_rl(
@@ -63,6 +46,11 @@ def bench_rl(
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
         learner = make_learner(model, cfg, Path(tmp))
         for s in range(steps + 1):
+            if s == 1:  # the weights the first timed step samples with
+                log("the first timed step's sampling, recomputing the prefix per token (slow)")
+                t0 = time.perf_counter()
+                sample_rollouts(model, tasks[n : 2 * n], n, cfg, use_cache=False)
+                full_sample = time.perf_counter() - t0
             log(f"RL step {s + 1} of {steps + 1}" + (" (warm-up)" if s == 0 else ""))
             t0 = time.perf_counter()
             stats = rl_step(learner, tasks[s * n : (s + 1) * n], s * n)
@@ -73,8 +61,6 @@ def bench_rl(
     phases["other"] = step_seconds - sum(phases.values())
     rollouts = n * cfg.group_size
 
-    log("the first timed step's sampling again, recomputing the prefix for every token (slow)")
-    full_sample = full_recompute_sampling(model, cfg, tasks[n : 2 * n], n)
     full_step = rows[1]["step_seconds"] - rows[1]["sample_seconds"] + full_sample
     return {
         "bench": "rl",

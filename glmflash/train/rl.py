@@ -43,7 +43,7 @@ from glmflash.errors import CLIError
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.evaluate.config import MAX_NEW_TOKENS, Sampling
 from glmflash.flags import add_config_flags, given, setting
-from glmflash.generate import generate
+from glmflash.generate import Completion, generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
@@ -390,6 +390,24 @@ def make_learner(model: GLMFlash, cfg: RLConfig, out: Path) -> Learner:
     return Learner(model, reference, ptx, rl_optimizer(params, cfg), params, cfg, out)
 
 
+def sample_rollouts(
+    model: GLMFlash, batch: list[CodeTask], g0: int, cfg: RLConfig, use_cache: bool = True
+) -> list[Completion]:
+    """The step's cfg.group_size samples of each task of `batch`, task by task, in one call:
+    prompts of equal length share decoding batches; the seed is the step's first group index
+    g0, so resuming at a step boundary reproduces the samples. use_cache=False: the same
+    draws with the prefix recomputed for every token (the benchmark's baseline)."""
+    return generate(
+        model,
+        [t.prompt for t in batch for _ in range(cfg.group_size)],
+        cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=derive_seed("rl", cfg.seed, g0),
+        use_cache=use_cache,
+    )
+
+
 def rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
     """Sample, verify and reward G completions for each task of `batch`; update; the step's
     health figures. One piece on purpose: the rollouts file, the rewards and the figures are
@@ -397,18 +415,9 @@ def rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
     from glmflash.verify import verify_many
 
     model, cfg, out = learner.model, learner.cfg, learner.out
-    # one call for the whole step: prompts of equal length share decoding batches; the seed
-    # is the step's first group index, so resuming at a step boundary reproduces the samples
     owners = [task for task in batch for _ in range(cfg.group_size)]
     t0 = time.perf_counter()
-    completions = generate(
-        model,
-        [t.prompt for t in owners],
-        cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        seed=derive_seed("rl", cfg.seed, g0),
-    )
+    completions = sample_rollouts(model, batch, g0, cfg)
     prompts = [c.prompt_ids for c in completions]
     t1 = time.perf_counter()
     verdicts = verify_many(

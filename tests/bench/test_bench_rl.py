@@ -25,7 +25,8 @@ def checkpoint(tmp_path_factory):
 
 def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatch):
     """A stand-in step whose seconds grow with each call: the figures are the means over the
-    timed steps (calls 2 and 3), never the warm-up's; `other` is the step's remainder."""
+    timed steps (calls 2 and 3), never the warm-up's; `other` is the step's remainder; the
+    baseline samples the first timed step's tasks, seed and weights without the cache."""
     calls, sampled = [], []
 
     def fake_step(learner, batch, g0):
@@ -42,8 +43,9 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
     clock = iter(range(0, 1000, 10))  # each step takes 10 "seconds", the baseline too
     monkeypatch.setattr(bench_rl_module.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(bench_rl_module, "rl_step", fake_step)
-    monkeypatch.setattr(
-        bench_rl_module, "generate", lambda model, prompts, *a, **kw: sampled.append((prompts, kw))
+    monkeypatch.setattr(  # the baseline's sampling: the RL step's own, without the cache
+        "glmflash.train.rl.generate",
+        lambda model, prompts, *a, **kw: sampled.append((prompts, kw, len(calls))),
     )
     r = bench_rl(checkpoint, steps=2)
     cfg = RLConfig()
@@ -52,7 +54,8 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
     assert r["phase_seconds"] == {"sample": 2.5, "verify": 5.0, "update": 7.5, "other": -5.0}
     assert r["step_seconds"] == 10 and r["rollouts_per_s"] == n * cfg.group_size / 10
     assert r["mean_completion_tokens"] == 25.0
-    ((prompts, kw),) = sampled
+    ((prompts, kw, steps_before),) = sampled
+    assert steps_before == 1  # after the warm-up, on the weights the first timed step uses
     owners = [t for t in rl_tasks(cfg)[n : 2 * n] for _ in range(cfg.group_size)]
     assert prompts == [t.prompt for t in owners]
     assert kw["use_cache"] is False and kw["seed"] == derive_seed("rl", cfg.seed, n)
