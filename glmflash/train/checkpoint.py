@@ -55,8 +55,7 @@ def _sibling(final: Path, kind: str) -> Path:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+    """Whether process `pid` exists (signal 0 checks without sending anything)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
