@@ -6,6 +6,9 @@ rollouts that passed, split into the seed families and the ladder's RL structure
 Each RUN_DIR is a `glmflash rl` output folder (its rollouts.jsonl holds every sample). A group
 in which nothing passes gives RLOO no signal about correctness (only about validity, through
 the -0.1 of invalid programs), so the share of groups with a pass says what RL can learn.
+Then where the steps' time went: the mean seconds of sampling, verification and update per
+RL step over all the runs (from their metrics.jsonl; steps logged before those timings
+existed are left out).
 Writes rollout_passes.md (or NAME.md) next to this file.
 """
 
@@ -40,6 +43,18 @@ def count(run: Path) -> dict[str, list[int]]:
     return out
 
 
+def step_phases(runs: list[str]) -> dict[str, float]:
+    """Mean sample/verify/update seconds per RL step over the runs' logged steps."""
+    rows = [json.loads(line) for run in runs for line in open(Path(run) / "metrics.jsonl")]
+    rows = [r for r in rows if "sample_seconds" in r]
+    if not rows:
+        return {}
+    out = {
+        p: sum(r[f"{p}_seconds"] for r in rows) / len(rows) for p in ("sample", "verify", "update")
+    }
+    return out
+
+
 def main(runs: list[str], name: str = "rollout_passes") -> None:
     lines = [
         "| run | tasks | groups | groups with a pass | rollouts | passes |",
@@ -55,6 +70,12 @@ def main(runs: list[str], name: str = "rollout_passes") -> None:
             totals[kind] = [a + b for a, b in zip(totals[kind], (g, gp, n, p), strict=True)]
     for kind, (g, gp, n, p) in sorted(totals.items()):
         lines.append(f"| all | {kind} | {g} | {gp} ({gp / g:.0%}) | {n} | {p} ({p / n:.1%}) |")
+    phases = step_phases(runs)
+    if phases:
+        lines += [
+            "",
+            "Mean seconds per RL step: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()),
+        ]
     text = "\n".join(lines) + "\n"
     (HERE / f"{name}.md").write_text(text)
     print(text, end="")
