@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from glmflash.bench.baselines.moe import masked_moe
 from glmflash.config import model_config
+from glmflash.model import moe as moe_module
 from glmflash.model.moe import MoE
 
 
@@ -168,3 +169,48 @@ def test_gradients_match_masked_baseline():
         grads.append([p.grad for p in moe.parameters()])
     for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 5, 64, 70])
+def test_padded_swiglu_equals_swiglu_values_and_gradients(n):
+    torch.manual_seed(n)
+    x = torch.randn(n, 16, dtype=torch.float64, requires_grad=True)
+    ws = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in ((16, 24),) * 2]
+    w2 = torch.randn(24, 16, dtype=torch.float64, requires_grad=True)
+    outs, grads = [], []
+    for granule in (1, 64):
+        out = moe_module.padded_swiglu(x, *ws, w2, granule)
+        out.pow(2).sum().backward()
+        outs.append(out)
+        grads.append([t.grad.clone() for t in (x, *ws, w2)])
+        for t in (x, *ws, w2):
+            t.grad = None
+    assert outs[1].shape == (n, 16)
+    assert torch.allclose(outs[0], outs[1], atol=1e-12)
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-12)
+
+
+def test_bf16_pads_each_experts_rows_fp32_does_not(monkeypatch):
+    """16-bit matmuls see only multiples of ROW_GRANULE rows (few distinct shapes, so oneDNN's
+    compiled kernels are reused); fp32 ones see exactly the routed rows."""
+    rows: list[int] = []
+    real = moe_module.swiglu
+
+    def spy(r, *w):
+        rows.append(r.shape[0])
+        return real(r, *w)
+
+    monkeypatch.setattr(moe_module, "swiglu", spy)
+    torch.manual_seed(0)
+    moe = MoE(model_config("tiny"))
+    x = torch.randn(3, 37, 64)
+    counts = {}
+    for bf16 in (False, True):
+        rows.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            moe(x)
+        counts[bf16] = list(rows)
+    granule = moe_module.ROW_GRANULE
+    assert sum(counts[False]) == 3 * 37 * moe.top_k
+    assert [-(-r // granule) * granule for r in counts[False]] == counts[True]
