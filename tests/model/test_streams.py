@@ -12,7 +12,9 @@ from glmflash.model.streams import (
     expand_streams,
     make_stream_mixer,
     merge_streams,
+    mix_write,
     sinkhorn,
+    weighted_read,
 )
 
 
@@ -221,3 +223,26 @@ def test_expand_and_merge():
     assert h.shape == (2, 3, 4, 5) and h.is_contiguous()
     assert all(torch.equal(h[:, :, s], x) for s in range(4))
     assert torch.allclose(merge_streams(h + torch.arange(4.0)[:, None]), x + 1.5)
+
+
+@pytest.mark.parametrize("lead", [(1,), (2, 3), (3, 1, 2)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_mix_write_and_read_match_einsum_and_gradcheck(lead, shared):
+    """The hand-written backward of the write (and the read's batched matmul) against the sums
+    written with einsum, and gradcheck; coefficients per token or shared by all tokens."""
+    torch.manual_seed(len(lead))
+    S, C = 3, 5
+    coef = () if shared else lead
+    h = torch.randn(*lead, S, C, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(*lead, C, dtype=torch.float64, requires_grad=True)
+    mix = torch.rand(*coef, S, S, dtype=torch.float64, requires_grad=True)
+    post = torch.rand(*coef, S, dtype=torch.float64, requires_grad=True)
+    pre = torch.rand(*coef, S, dtype=torch.float64, requires_grad=True) + 0.1
+    expect = torch.einsum("...st,...tc->...sc", mix.expand(*lead, S, S), h)
+    expect = expect + post.expand(*lead, S)[..., None] * y[..., None, :]
+    assert torch.allclose(mix_write(h, y, mix, post), expect, atol=1e-12)
+    w = pre.expand(*lead, S)
+    read = torch.einsum("...s,...sc->...c", w, h) / w.sum(-1, keepdim=True)
+    assert torch.allclose(weighted_read(h, pre), read, atol=1e-12)
+    assert torch.autograd.gradcheck(mix_write, (h, y, mix, post))
+    assert torch.autograd.gradcheck(weighted_read, (h, pre))
