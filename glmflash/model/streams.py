@@ -36,7 +36,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glmflash.config import ModelConfig
@@ -119,6 +118,35 @@ def mix_write(h: Tensor, y: Tensor, mix: Tensor, post: Tensor) -> Tensor:
         return MixWrite.apply(h.reshape(-1, S, C), y, mix, post).view(h.shape)
 
 
+class NormedProjection(torch.autograd.Function):
+    """a = RMSNorm(v) W^T = (v W^T) r,  r = (mean(v^2) + eps)^(-1/2), for rows v [N, D] and
+    W [K, D] (no gain: the mHC projection is a plain linear map). The normalised [N, D] vector
+    is never formed, only the K projections are rescaled. Backward, with p = v W^T:
+
+        dp = da r     dW = dp^T v     dv = dp W - v r^3 sum_k(da_k p_k) / D
+
+    two passes over [N, D] (a matmul and one multiply-add) where autograd's backward of the
+    norm and the product makes five."""
+
+    @staticmethod
+    def forward(ctx: Any, v: Tensor, weight: Tensor, eps: float) -> Tensor:
+        weight = weight.to(v.dtype)
+        p = v @ weight.T
+        r = torch.rsqrt(v.square().mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(v, weight, p, r)
+        return p * r
+
+    @staticmethod
+    def backward(ctx: Any, da: Tensor) -> tuple[Tensor, Tensor, None]:
+        v, weight, p, r = ctx.saved_tensors
+        with torch.autocast(da.device.type, enabled=False):
+            dp = da * r
+            coef = (da * p).sum(-1, keepdim=True) * r.pow(3) / -v.shape[-1]
+            dv = (dp @ weight).addcmul_(v, coef)
+            dw = dp.T @ v
+        return dv, dw, None
+
+
 class HyperConnection(nn.Module):
     """mHC around one sublayer: input-dependent pre/post weights and a doubly stochastic mix."""
 
@@ -141,11 +169,9 @@ class HyperConnection(nn.Module):
         S = self.n_streams
         dtype = torch.promote_types(h.dtype, torch.float32)
         with torch.autocast(h.device.type, enabled=False):
-            # RMSNorm(vec H) W = (vec H W) / rms(vec H): the normalised [S*C] vector is never
-            # formed, only the 2S + S^2 projections are rescaled.
             flat = h.flatten(-2).to(dtype)
-            ms = torch.linalg.vector_norm(flat, dim=-1, keepdim=True).square() / flat.shape[-1]
-            a = F.linear(flat, self.proj.weight.to(dtype)) * torch.rsqrt(ms + self.eps)
+            a = NormedProjection.apply(flat.reshape(-1, flat.shape[-1]), self.proj.weight, self.eps)
+            a = a.view(*flat.shape[:-1], -1)
             a_pre, a_post, a_res = a.split((S, S, S * S), -1)
             pre = torch.sigmoid(self.alpha_pre * a_pre + self.bias_pre)
             post = 2 * torch.sigmoid(self.alpha_post * a_post + self.bias_post)

@@ -8,6 +8,7 @@ from glmflash.config import model_config
 from glmflash.model.norm import RMSNorm
 from glmflash.model.streams import (
     HyperConnection,
+    NormedProjection,
     StaticMixer,
     expand_streams,
     make_stream_mixer,
@@ -246,3 +247,13 @@ def test_mix_write_and_read_match_einsum_and_gradcheck(lead, shared):
     assert torch.allclose(weighted_read(h, pre), read, atol=1e-12)
     assert torch.autograd.gradcheck(mix_write, (h, y, mix, post))
     assert torch.autograd.gradcheck(weighted_read, (h, pre))
+
+
+@pytest.mark.parametrize("n,d,k", [(1, 4, 3), (7, 12, 24), (5, 8, 1)])
+def test_normed_projection_matches_rmsnorm_then_linear_and_gradcheck(n, d, k):
+    torch.manual_seed(n)
+    v = torch.randn(n, d, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(k, d, dtype=torch.float64, requires_grad=True)
+    expect = F.linear(v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6), w)
+    assert torch.allclose(NormedProjection.apply(v, w, 1e-6), expect, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda v, w: NormedProjection.apply(v, w, 1e-6), (v, w))
