@@ -7,6 +7,7 @@ import contextlib
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "mps", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -26,11 +27,18 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """The autocast dtype for precision 'bf16' | 'fp32' on `device` (None: no autocast)."""
+    """The autocast dtype for precision 'fp32' | 'bf16' | 'auto' on `device` (None: no
+    autocast). auto is bf16 where this machine's bf16 matmul measured clearly faster than
+    fp32's (`machine.fast_matmul_dtype`: CPUs with AMX or AVX-512 bf16, recent GPUs), else
+    fp32: on an AVX2-only CPU a bf16 matmul is emulated and about 50x slower."""
+    if precision == "auto":
+        from glmflash.machine import fast_matmul_dtype
+
+        precision = "bf16" if fast_matmul_dtype(device) == torch.bfloat16 else "fp32"
     if precision == "fp32":
         return None
     if precision != "bf16":
-        raise ValueError(f"unknown precision {precision!r}; choose bf16 or fp32")
+        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
     if device.type == "mps":
         return torch.float16
     return torch.bfloat16

@@ -14,6 +14,7 @@ from torch import nn
 
 from glmflash import machine
 from glmflash.config import PretrainConfig
+from glmflash.device import autocast_dtype
 from glmflash.train.muon import MuonWithAdamW
 
 
@@ -30,6 +31,8 @@ def test_muon_and_warning_follow_the_measured_speed(monkeypatch, speedup, expect
     monkeypatch.setattr(machine, "bf16_speedup", lambda device="cpu": speedup)
     opt = MuonWithAdamW(nn.Linear(8, 8), PretrainConfig(preset="tiny"))
     assert opt.ns_dtype == expected and opt.muon.ns_dtype == expected
+    amp = autocast_dtype(torch.device("cpu"), "auto")  # precision auto: bf16 autocast or none
+    assert amp == (None if expected == torch.float32 else torch.bfloat16)
     warning = machine.bf16_warning("cpu")
     if expected == torch.float32:
         assert "50.0x" in warning and "bf16" in warning and "\n" not in warning
@@ -43,11 +46,14 @@ def test_muon_and_warning_follow_the_measured_speed(monkeypatch, speedup, expect
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 ISA limits")
 def test_emulated_avx2_cpu_chooses_fp32():
     """Under the environment of an AVX2-only CPU, torch reports AVX2 and the calibration
-    keeps Newton-Schulz in fp32 (on an AVX2 machine this is simply the machine itself)."""
+    keeps Newton-Schulz and precision auto in fp32 (on an AVX2 machine this is simply the
+    machine itself)."""
     code = (
         "import json, torch; from glmflash import machine; "
+        "from glmflash.device import autocast_dtype; "
         "print(json.dumps([torch.backends.cpu.get_cpu_capability(), "
-        "str(machine.fast_matmul_dtype('cpu')), machine.machine_record('cpu')]))"
+        "str(machine.fast_matmul_dtype('cpu')), machine.machine_record('cpu'), "
+        "str(autocast_dtype(torch.device('cpu'), 'auto'))]))"
     )
     env = {**os.environ, **machine.EMULATE_AVX2}
     out = subprocess.run(
@@ -58,8 +64,8 @@ def test_emulated_avx2_cpu_chooses_fp32():
         timeout=120,
         check=True,
     ).stdout
-    capability, dtype, record = json.loads(out)
-    assert capability == "AVX2" and dtype == "torch.float32"
+    capability, dtype, record, amp = json.loads(out)
+    assert capability == "AVX2" and dtype == "torch.float32" and amp == "None"
     assert record["cpu_capability"] == "AVX2" and record["bf16_matmul_speedup"] < 1
     assert record["isa_limits"] == machine.EMULATE_AVX2
 

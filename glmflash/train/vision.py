@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from glmflash.config import PRESETS, ConfigError, PretrainConfig, model_config
 from glmflash.data import digits
-from glmflash.device import autocast, autocast_dtype, resolve_device
+from glmflash.device import PRECISIONS, autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given, setting
 from glmflash.machine import bf16_warning, machine_record
@@ -340,7 +340,9 @@ class VisionConfig:
     )
     seed: int = setting(0, "initialisation and the training images")
     eval_size: int = setting(1000, "renderings per evaluation split")
-    precision: str = setting("fp32", "fp32, or bf16 autocast", ("fp32", "bf16"))
+    precision: str = setting(
+        "fp32", "fp32, bf16 autocast, or auto (bf16 where it is fast here)", PRECISIONS
+    )
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_size", "align_batch_size"):
