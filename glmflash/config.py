@@ -9,7 +9,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from glmflash.device import PRECISIONS
 from glmflash.flags import from_fields, setting
 from glmflash.tokenizer import VOCAB_SIZE
 
@@ -23,6 +22,7 @@ SPARSE_KINDS = ("fixed", "indexer")
 BALANCE_KINDS = ("aux", "bias")
 STREAM_MIXERS = ("mhc", "static")
 CORPORA = ("tasks", "compositions", "stdlib", "mix")
+PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 
 
 @dataclass(frozen=True)

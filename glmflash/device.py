@@ -6,8 +6,9 @@ import contextlib
 
 import torch
 
+from glmflash.config import PRECISIONS
+
 DEVICE_CHOICES = ("auto", "cpu", "mps", "cuda")
-PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 
 
 def resolve_device(name: str = "auto") -> torch.device:

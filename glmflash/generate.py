@@ -1,8 +1,9 @@
 """Batched sampling with cached decoding: greedy, temperature and top-p, seeded.
 
-Prompts of equal length are decoded together: one prefill `model.step(prompt)` of each
-distinct prompt builds the recurrent states (linear layers) and KV caches (sparse layers),
-shared by every sample of that prompt, then every new token is a `step` of length 1. A
+Prompts are decoded in batches: one prefill `model.step(prompt)` of each distinct prompt builds
+the recurrent states (linear layers) and KV caches (sparse layers), shared by every sample of
+that prompt; the states of prompts of different lengths are merged into one batch, each row at
+its own position (`merge_states`), and every new token is a `step` of length 1 for all rows. A
 sequence stops at EOS or when its function is complete: the body ended because a line returns
 to the outer indentation (that line is not part of the completion).
 The same loop with `use_cache=False` recomputes the whole prefix for every token: the oracle
@@ -14,13 +15,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from glmflash import tokenizer as tok
 from glmflash.errors import CLIError
-from glmflash.model.lm import GLMFlash
+from glmflash.model.lm import GLMFlash, merge_states
 
 NEWLINE = tok.BYTE_OFFSET + ord("\n")
 INDENT = (tok.BYTE_OFFSET + ord(" "), tok.BYTE_OFFSET + ord("\t"), NEWLINE)
@@ -37,12 +39,12 @@ class Completion:
 class StopRule:
     """Per-sequence incremental stopping: EOS, or a line that returns to column 0.
 
-    Tracks only whether the last token ended a line, so each new token costs O(1): no
-    re-parse of the completion.
+    Tracks only whether each row's last token ended a line, so each new token costs O(1): no
+    re-parse of the completion. `line_start[i]`: row i's prompt ends a line ("def ...:\n").
     """
 
-    def __init__(self, n: int, line_start: bool = True) -> None:
-        self.line_start = [line_start] * n  # prompts end with "def ...:\n"
+    def __init__(self, line_start: list[bool]) -> None:
+        self.line_start = list(line_start)
 
     def __call__(self, i: int, token: int) -> str | None:
         if token == tok.EOS:
@@ -77,55 +79,101 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def prefill(model: GLMFlash, prompts: list[list[int]]) -> tuple[Tensor, Any]:
+    """The last position's logits [B, V] of each prompt and the state to decode all B rows
+    from: one prefill per distinct prompt (RL samples a group from each), its state repeated
+    for every row of that prompt; prompts of different lengths are prefilled apart and their
+    states merged, each row keeping its own position (`merge_states`)."""
+    device = next(model.parameters()).device
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(prompts):
+        by_length[len(p)].append(i)
+    rows, logits, states = [], [], []
+    for members in by_length.values():
+        batch = torch.tensor([prompts[i] for i in members], device=device)
+        unique, inverse = torch.unique(batch, dim=0, return_inverse=True)  # rows sorted
+        last, state = model.step(unique)
+        last = last[:, -1]
+        if not torch.equal(inverse, torch.arange(len(members), device=device)):
+            last, state = last[inverse], state.select(inverse)  # back to the rows' order
+        rows += members
+        logits.append(last)
+        states.append(state)
+    if len(states) == 1:
+        return logits[0], states[0]
+    order = torch.tensor(rows, device=device).argsort()  # row i of the prompts at order[i]
+    return torch.cat(logits)[order], merge_states(states).select(order)
+
+
+def right_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Prompts as one batch [B, L] padded on the right, and their lengths [B]: a causal model
+    reads each row's last real position unaffected by the padding after it."""
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    seqs = torch.full((len(prompts), int(lengths.max())), tok.PAD, device=device)
+    for i, p in enumerate(prompts):
+        seqs[i, : len(p)] = torch.tensor(p)
+    return seqs, lengths
+
+
 @torch.no_grad()
-def _generate_group(
+def _generate_batch(
     model: GLMFlash,
-    prompt: Tensor,
+    prompts: list[list[int]],
     max_new: int,
     temperature: float,
     top_p: float,
     generator: torch.Generator | None,
     use_cache: bool,
 ) -> list[tuple[list[int], str]]:
-    """Decode a batch of equal-length prompts [B, L]; returns (ids, stop) per row."""
-    B = prompt.shape[0]
-    mask = allowed_mask(model.cfg.vocab_size, prompt.device)
-    stop_rule = StopRule(B, line_start=int(prompt[0, -1]) == NEWLINE)
+    """Decode a batch of prompts (of one length, unless the model decodes rows of different
+    lengths together); returns (ids, stop) per row. Row i may add at most
+    min(max_new, context - len(prompt i)) tokens."""
+    B, device = len(prompts), next(model.parameters()).device
+    mask = allowed_mask(model.cfg.vocab_size, device)
+    stop_rule = StopRule([p[-1] == NEWLINE for p in prompts])
+    budget = [max(0, min(max_new, model.cfg.context - len(p))) for p in prompts]
     out: list[list[int]] = [[] for _ in range(B)]
     stops = ["length"] * B
-    alive = torch.arange(B, device=prompt.device)  # original row of each active sequence
-    seqs = prompt
-    if use_cache:  # one prefill per distinct prompt (RL samples a group from each)
-        unique, inverse = torch.unique(prompt, dim=0, return_inverse=True)  # rows sorted
-        logits, state = model.step(unique)
-        if not torch.equal(inverse, torch.arange(B, device=inverse.device)):
-            logits, state = logits[inverse], state.select(inverse)  # back to the rows' order
-    else:
-        logits = model(prompt).logits
-    for _ in range(max_new):
-        nxt = sample_next(
-            logits[:, -1].masked_fill(~mask, float("-inf")), temperature, top_p, generator
-        )
+    alive = torch.tensor([i for i in range(B) if budget[i] > 0], dtype=torch.long, device=device)
+    if not len(alive):
+        return [(ids, stop) for ids, stop in zip(out, stops, strict=True)]
+    if use_cache:
+        logits, state = prefill(model, prompts)
+        if len(alive) < B:
+            logits, state = logits[alive], state.select(alive)
+    else:  # the oracle: the whole sequence again for every token
+        seqs, lengths = (t[alive] for t in right_padded(prompts, device))
+        logits = model(seqs).logits[torch.arange(len(alive), device=device), lengths - 1]
+    while True:
+        nxt = sample_next(logits.masked_fill(~mask, float("-inf")), temperature, top_p, generator)
         keep = []
         for j, (row, t) in enumerate(zip(alive.tolist(), nxt.tolist(), strict=True)):
             reason = stop_rule(row, t)
-            if reason is None:
-                out[row].append(t)
-                keep.append(j)
-            else:
+            if reason is not None:
                 stops[row] = reason
+                continue
+            out[row].append(t)
+            if len(out[row]) < budget[row]:
+                keep.append(j)
         if not keep:
             break
         if len(keep) < len(alive):
-            index = torch.tensor(keep, device=prompt.device)
-            alive, nxt, seqs = alive[index], nxt[index], seqs[index]
+            index = torch.tensor(keep, device=device)
+            alive, nxt = alive[index], nxt[index]
             if use_cache:
                 state = state.select(index)
+            else:
+                seqs, lengths = seqs[index], lengths[index]
         if use_cache:
             logits, state = model.step(nxt[:, None], state)
+            logits = logits[:, -1]
         else:
-            seqs = torch.cat((seqs, nxt[:, None]), 1)
-            logits = model(seqs).logits
+            n = torch.arange(len(alive), device=device)
+            seqs = torch.cat((seqs, seqs.new_full((len(alive), 1), tok.PAD)), 1)
+            seqs[n, lengths] = nxt
+            lengths = lengths + 1
+            seqs = seqs[:, : int(lengths.max())]
+            logits = model(seqs).logits[n, lengths - 1]
     return [(ids, stop) for ids, stop in zip(out, stops, strict=True)]
 
 
@@ -139,15 +187,18 @@ def generate(
     use_cache: bool = True,
     batch_size: int = 64,
 ) -> list[Completion]:
-    """Complete each prompt (text, or ids without BOS: BOS is prepended). Prompts are grouped
-    by length and decoded in batches; the result is in the order of `prompts`.
-    Sampling is reproducible from `seed` for the same prompts and batch size."""
+    """Complete each prompt (text, or ids without BOS: BOS is prepended), in batches of
+    prompts sorted by length: of any lengths where the model decodes rows of different lengths
+    together (`GLMFlash.ragged_decoding`), else of one length. The result is in the order of
+    `prompts`. Sampling is reproducible from `seed` for the same prompts and batch size, and
+    the same with or without the cache."""
     device = next(model.parameters()).device
     ids = [tok.encode(p) if isinstance(p, str) else list(p) for p in prompts]
     ids = [[tok.BOS, *p] for p in ids]
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, p in enumerate(ids):
-        groups[len(p)].append(i)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    ragged = getattr(model, "ragged_decoding", False)
+    runs = [order] if ragged else _runs_of_equal_length(order, ids)
+    batches = [run[i : i + batch_size] for run in runs for i in range(0, len(run), batch_size)]
     generator = None
     if temperature > 0 and seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
@@ -159,23 +210,35 @@ def generate(
     progress = Progress(len(ids), enabled=len(ids) >= 256, unit="seq", desc="generate")
     done = 0
     try:
-        for length in sorted(groups):
-            budget = min(max_new_tokens, model.cfg.context - length)
-            members = groups[length]
-            for start in range(0, len(members), batch_size):
-                rows = members[start : start + batch_size]
-                batch = torch.tensor([ids[i] for i in rows], device=device)
-                decoded = _generate_group(
-                    model, batch, max(budget, 0), temperature, top_p, generator, use_cache
-                )
-                for i, (new, stop) in zip(rows, decoded, strict=True):
-                    results[i] = Completion(ids[i][1:], new, tok.decode(new), stop)
-                done += len(rows)
-                progress.update(done)
+        for rows in batches:
+            decoded = _generate_batch(
+                model,
+                [ids[i] for i in rows],
+                max_new_tokens,
+                temperature,
+                top_p,
+                generator,
+                use_cache,
+            )
+            for i, (new, stop) in zip(rows, decoded, strict=True):
+                results[i] = Completion(ids[i][1:], new, tok.decode(new), stop)
+            done += len(rows)
+            progress.update(done)
     finally:
         model.train(was_training)
         progress.close()
     return results  # type: ignore[return-value]
+
+
+def _runs_of_equal_length(order: list[int], ids: list[list[int]]) -> list[list[int]]:
+    """`order` (sorted by length) cut where the length changes."""
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and len(ids[runs[-1][0]]) == len(ids[i]):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 # -- command line: glmflash generate ---------------------------------------------------------

@@ -6,7 +6,7 @@ import torch
 
 from glmflash import tokenizer as tok
 from glmflash.config import model_config
-from glmflash.generate import StopRule, generate, sample_next
+from glmflash.generate import StopRule, generate, prefill, sample_next
 from glmflash.model.lm import GLMFlash
 
 KINDS = {"elu": {}, "delta": dict(linear_kind="delta"), "indexer": dict(sparse_kind="indexer")}
@@ -95,7 +95,7 @@ def ids(text: str) -> list[int]:
     ],
 )
 def test_stop_rule_on_crafted_streams(stream, kept, stop):
-    rule = StopRule(1, line_start=True)
+    rule = StopRule([True])
     out, reason = [], None
     for t in ids(stream):
         reason = rule(0, t)
@@ -103,7 +103,7 @@ def test_stop_rule_on_crafted_streams(stream, kept, stop):
             break
         out.append(t)
     assert tok.decode(out) == kept and reason == stop
-    rule = StopRule(1)
+    rule = StopRule([True])
     assert rule(0, tok.encode(" ")[0]) is None and rule(0, tok.EOS) == "eos"
 
 
@@ -184,3 +184,57 @@ def test_generation_loop_on_scripted_streams(use_cache, temperature):
         ("\n  return 2\n", "complete"),
     ]
     assert all(c.ids == tok.encode(c.text) and tok.EOS not in c.ids for c in out)
+
+
+@pytest.mark.parametrize("kind", ["elu", "delta"])
+def test_prompts_of_different_lengths_decode_as_one_batch(kind, monkeypatch):
+    """Rows of different lengths share every decoding step (each at its own position), and
+    each row's greedy completion is the one it gets decoded alone; a prompt near the end of
+    the context stops at its own, smaller budget."""
+    model = model_for(**KINDS[kind])
+    long_prompt = "x" * (model.cfg.context - 6)  # room for 5 new tokens after BOS
+    prompts = [*PROMPTS, long_prompt]
+    widths, step = [], GLMFlash.step
+    monkeypatch.setattr(
+        GLMFlash,
+        "step",
+        lambda self, tokens, state=None: (
+            widths.append(tokens.shape[0]) if state is not None else None,
+            step(self, tokens, state),
+        )[1],
+    )
+    together = generate(model, prompts, max_new_tokens=20)
+    assert widths[0] == len(prompts)  # the first decoding step holds every row
+    alone = [generate(model, [p], max_new_tokens=20)[0] for p in prompts]
+    assert [(c.ids, c.stop) for c in together] == [(c.ids, c.stop) for c in alone]
+    assert len(together[-1].ids) <= 5
+    assert any(len(c.ids) > 5 for c in together)
+
+
+def test_indexer_model_decodes_one_length_per_batch(monkeypatch):
+    """The indexer's pooled keys need equal positions: its batches hold one prompt length."""
+    model = model_for(**KINDS["indexer"])
+    assert not model.ragged_decoding
+    prefilled, step = [], GLMFlash.step
+    monkeypatch.setattr(
+        GLMFlash,
+        "step",
+        lambda self, tokens, state=None: (
+            prefilled.append(tokens.shape[1]) if state is None else None,
+            step(self, tokens, state),
+        )[1],
+    )
+    generate(model, PROMPTS, max_new_tokens=4)
+    assert sorted(prefilled) == sorted(len(p) + 1 for p in PROMPTS)
+
+
+def test_prefill_keeps_the_order_of_unsorted_prompts():
+    model = model_for().eval()
+    prompts = [[tok.BOS, *tok.encode(p)] for p in ("abcdef", "x", "abcdef", "yz", "x")]
+    logits, state = prefill(model, prompts)
+    feed = torch.tensor([[tok.encode(c)[0]] for c in "pqrst"])
+    after, _ = model.step(feed, state)
+    for i, p in enumerate(prompts):
+        alone, s = model.step(torch.tensor([p]))
+        assert torch.allclose(logits[i], alone[0, -1], atol=1e-5)
+        assert torch.allclose(after[i], model.step(feed[i : i + 1], s)[0][0], atol=1e-5)

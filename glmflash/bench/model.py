@@ -60,10 +60,20 @@ def attention_flops(cfg: ModelConfig, T: int) -> int:
     return n_linear * linear + cfg.layer_kinds.count("S") * sparse
 
 
+def stream_flops(cfg: ModelConfig) -> int:
+    """Forward FLOPs per token of the residual streams' connections (two per block): the read
+    sum_s w_s H_s (2 S C) and the write M H (2 S^2 C), batched matmuls per token."""
+    S, C = cfg.n_streams, cfg.d_model
+    return 2 * (cfg.n_layers + int(cfg.mtp)) * (2 * S * C + 2 * S * S * C)
+
+
 def train_flops(cfg: ModelConfig, batch_size: int, seq_len: int) -> int:
-    """Model FLOPs of one train step: 6 N_active per token plus 3x the attention forward."""
+    """Model FLOPs of one train step: 3x the forward's, which is 2 N_active per token, the
+    attention outside parameter matmuls, and the streams' connections."""
     active = parameter_counts(cfg)["active"]["all"]
-    return 6 * active * batch_size * seq_len + 3 * batch_size * attention_flops(cfg, seq_len)
+    tokens = batch_size * seq_len
+    forward = 2 * active * tokens + batch_size * attention_flops(cfg, seq_len)
+    return 3 * (forward + tokens * stream_flops(cfg))
 
 
 def train_step(

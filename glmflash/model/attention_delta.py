@@ -201,7 +201,7 @@ class DeltaAttention(nn.Module):
         return -MAX_LOG_DECAY * torch.sigmoid(z)
 
     def forward(
-        self, x: Tensor, state: DeltaState | None = None, offset: int = 0
+        self, x: Tensor, state: DeltaState | None = None, offset: int | Tensor = 0
     ) -> tuple[Tensor, DeltaState]:
         """x [B, T, d_model] -> (y [B, T, d_model], state after x). `offset` is unused (no
         RoPE: order enters through the convolution and the decay)."""

@@ -139,7 +139,7 @@ class LinearAttention(HeadProjections):
         self.chunk = cfg.linear_chunk
 
     def forward(
-        self, x: Tensor, state: LinearState | None = None, offset: int = 0
+        self, x: Tensor, state: LinearState | None = None, offset: int | Tensor = 0
     ) -> tuple[Tensor, LinearState]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], state after x)."""
         q, k, v = self.heads(x, offset)

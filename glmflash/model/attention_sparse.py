@@ -24,6 +24,8 @@ Training the indexer (indexer kind only):
 
 Decoding: `KVCache` holds the rotated keys and values of every previous position (and the
 indexer's rotated keys); forward on consecutive pieces chained through it equals one forward.
+Rows of different lengths decode together (fixed kind) over caches padded on the left, each
+row at its own position (`ragged_sparse_mask`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ def fixed_sparse_mask(
     i = torch.arange(offset, offset + T, device=device)[:, None]
     j = torch.arange(offset + T - L, offset + T, device=device)[None, :]
     return (j <= i) & ((i - j < window) | (j % stride == 0))
+
+
+def ragged_sparse_mask(offset: Tensor, T: int, L: int, window: int, stride: int) -> Tensor:
+    """[B, T, L] masks of `fixed_sparse_mask` for rows at their own positions offset[b].. over
+    caches padded on the left to a common length L: key j of row b sits at position
+    offset[b] + T - L + j, and a negative position is padding, never attended."""
+    i = offset[:, None, None] + torch.arange(T, device=offset.device)[:, None]  # [B, T, 1]
+    j = offset[:, None, None] + T - L + torch.arange(L, device=offset.device)  # [B, 1, L]
+    return (j >= 0) & (j <= i) & ((i - j < window) | (j % stride == 0))
 
 
 class LightningIndexer(nn.Module):
@@ -146,10 +157,15 @@ class SparseAttention(HeadProjections):
         self.indexer_kl: Tensor | None = None
 
     def forward(
-        self, x: Tensor, state: KVCache | None = None, offset: int = 0
+        self, x: Tensor, state: KVCache | None = None, offset: int | Tensor = 0
     ) -> tuple[Tensor, KVCache]:
-        """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x)."""
+        """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x).
+        A tensor offset [B] places each row at its own position, over a cache padded on the
+        left (`merge_states`): the fixed kind only."""
         T = x.shape[1]
+        ragged = isinstance(offset, Tensor)
+        if ragged and self.indexer is not None:
+            raise ValueError("per-row positions need the fixed sparse kind (no indexer)")
         q, k, v = self.heads(x, offset)
         index_k = self.indexer.keys(x, offset) if self.indexer is not None else None
         if state is not None:
@@ -159,7 +175,9 @@ class SparseAttention(HeadProjections):
         L = k.shape[2]
 
         self.indexer_kl = None
-        if self.indexer is None:
+        if ragged:
+            mask = ragged_sparse_mask(offset, T, L, self.window, self.stride)[:, None]
+        elif self.indexer is None:
             mask = fixed_sparse_mask(T, L, offset, self.window, self.stride, x.device)
         else:
             causal = fixed_sparse_mask(T, L, offset, L, L, x.device)  # window L: dense
@@ -185,4 +203,10 @@ class SparseAttention(HeadProjections):
         return (torch.xlogy(p, p) - p * log_r).sum(dim=-1).mean()
 
 
-__all__ = ["KVCache", "LightningIndexer", "SparseAttention", "fixed_sparse_mask"]
+__all__ = [
+    "KVCache",
+    "LightningIndexer",
+    "SparseAttention",
+    "fixed_sparse_mask",
+    "ragged_sparse_mask",
+]

@@ -35,8 +35,9 @@ class HeadProjections(nn.Module):
             nn.init.normal_(proj.weight, std=std)
         nn.init.normal_(self.o_proj.weight, std=out_std)
 
-    def heads(self, x: Tensor, offset: int) -> tuple[Tensor, Tensor, Tensor]:
-        """x [B, T, d_model] at positions offset.. -> q, k, v [B, H, T, D], q and k rotated."""
+    def heads(self, x: Tensor, offset: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, T, d_model] at positions offset.. (one int, or one per row) -> q, k, v
+        [B, H, T, D], q and k rotated."""
         B, T, _ = x.shape
         q, k, v = (
             proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)

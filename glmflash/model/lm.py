@@ -42,36 +42,76 @@ def make_attention(cfg: ModelConfig, kind: str) -> nn.Module:
 
 @dataclass
 class DecodeState:
-    """Everything `step` needs to continue a batch of sequences: one state per layer."""
+    """Everything `step` needs to continue a batch of sequences: one state per layer, and the
+    position of the next token: one int, or one per row after `merge_states`."""
 
     layers: list[Any]
-    position: int = 0  # number of tokens consumed so far (the next token's position)
+    position: int | Tensor = 0  # number of tokens consumed so far (the next token's position)
 
     def expand(self, n: int) -> DecodeState:
         """Repeat a batch-1 state n times along the batch (one prompt, n samples)."""
-        return DecodeState(
-            _map_tensors(self.layers, lambda t: t.expand(n, *t.shape[1:]).contiguous()),
-            self.position,
-        )
+        return self.select(torch.zeros(n, dtype=torch.long))
 
     def select(self, index: Tensor) -> DecodeState:
         """The batch rows in `index`, in its order: drop finished sequences, or repeat a
         shared prompt's state for each of its samples."""
-        return DecodeState(
-            _map_tensors(self.layers, lambda t: t.index_select(0, index)), self.position
-        )
+        position = self.position
+        if isinstance(position, Tensor):
+            position = position.index_select(0, index.to(position.device))
+        layers = _map_tensors(self.layers, lambda t: t.index_select(0, index.to(t.device)))
+        return DecodeState(layers, position)
+
+
+def merge_states(states: list[DecodeState]) -> DecodeState:
+    """One state for the rows of all `states`, in order, each row at its own position: every
+    tensor of a layer's state is concatenated along the batch, and where a dimension besides
+    the batch differs (a KV cache's length) the shorter ones are padded on the left with zeros,
+    which the per-row positions mark as padding (`ragged_sparse_mask`). Recurrent states have
+    no length and are simply stacked."""
+
+    def rows(state: DecodeState) -> int:
+        return _first_tensor(state.layers).shape[0]
+
+    def cat(*parts: Tensor) -> Tensor:
+        longest = [max(t.shape[d] for t in parts) for d in range(parts[0].dim())]
+        padded = []
+        for t in parts:
+            pad: list[int] = []
+            for d in reversed(range(1, t.dim())):  # F.pad lists the last dim first
+                pad += [longest[d] - t.shape[d], 0]
+            padded.append(F.pad(t, pad))
+        return torch.cat(padded)
+
+    position = torch.cat(
+        [torch.as_tensor(s.position).expand(rows(s)).reshape(-1) for s in states]
+    ).to(_first_tensor(states[0].layers).device)
+    return DecodeState(_zip_tensors([s.layers for s in states], cat), position)
+
+
+def _first_tensor(obj: Any) -> Tensor:
+    found: list[Tensor] = []
+    _map_tensors(obj, lambda t: found.append(t) or t)
+    return found[0]
+
+
+def _zip_tensors(objs: list[Any], fn) -> Any:
+    """Like `_map_tensors` over several objects of one structure: fn(*tensors at a place)."""
+    first = objs[0]
+    if isinstance(first, Tensor):
+        return fn(*objs)
+    if isinstance(first, (list, tuple)) and not hasattr(first, "_fields"):
+        return type(first)(_zip_tensors(list(parts), fn) for parts in zip(*objs, strict=True))
+    if hasattr(first, "_fields"):  # NamedTuple
+        return type(first)(*(_zip_tensors(list(parts), fn) for parts in zip(*objs, strict=True)))
+    if hasattr(first, "__dataclass_fields__"):
+        fields = first.__dataclass_fields__
+        return type(first)(**{k: _zip_tensors([getattr(o, k) for o in objs], fn) for k in fields})
+    return first
 
 
 def _map_tensors(obj: Any, fn) -> Any:
-    if isinstance(obj, Tensor):
-        return fn(obj)
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_map_tensors(o, fn) for o in obj)
-    if hasattr(obj, "_fields"):  # NamedTuple
-        return type(obj)(*(_map_tensors(o, fn) for o in obj))
-    if hasattr(obj, "__dataclass_fields__"):
-        return type(obj)(**{k: _map_tensors(getattr(obj, k), fn) for k in obj.__dataclass_fields__})
-    return obj
+    """obj (tensors in lists, tuples, NamedTuples and dataclasses) with fn applied to each."""
+    return _zip_tensors([obj], fn)
 
 
 @dataclass
@@ -106,7 +146,7 @@ class Block(nn.Module):
         self.moe = MoE(cfg)
         self.hc_moe = make_stream_mixer(cfg)
 
-    def forward(self, h: Tensor, state: Any = None, offset: int = 0):
+    def forward(self, h: Tensor, state: Any = None, offset: int | Tensor = 0):
         x, ctx = self.hc_attn.read(h)
         y, state = self.attn(self.attn_norm(x), state, offset)
         h = self.hc_attn.write(h, y, ctx)
@@ -219,6 +259,12 @@ class GLMFlash(nn.Module):
         for layer in self.layers:
             if layer.kind == "S":
                 layer.attn.dense_warmup = on
+
+    @property
+    def ragged_decoding(self) -> bool:
+        """Whether rows of different lengths can decode in one batch (`merge_states`): every
+        layer places tokens by position alone, which the indexer's pooled keys do not."""
+        return self.cfg.sparse_kind == "fixed" or "S" not in self.cfg.layer_kinds
 
     def blocks(self) -> list[Block]:
         """The layers, then the MTP block when there is one."""

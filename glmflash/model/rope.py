@@ -26,13 +26,22 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Rotate x of shape [..., T, D] for positions offset .. offset + T - 1."""
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """Rotate x of shape [..., T, D] for positions offset .. offset + T - 1. The offset is
+        one int, or one per batch row (a tensor [B] for x [B, ..., T, D]: rows of different
+        lengths decoded together)."""
         T = x.shape[-2]
-        if offset + T > self.cos.shape[0]:
-            self._build(2 * (offset + T))
+        ragged = isinstance(offset, Tensor)
+        end = int(offset.max()) + T if ragged else offset + T
+        if end > self.cos.shape[0]:
+            self._build(2 * end)
             self.cos, self.sin = self.cos.to(x.device), self.sin.to(x.device)
-        cos = self.cos[offset : offset + T].to(x.dtype)
-        sin = self.sin[offset : offset + T].to(x.dtype)
+        if ragged:
+            at = offset[:, None] + torch.arange(T, device=offset.device)  # [B, T]
+            shape = (x.shape[0], *[1] * (x.dim() - 3), T, self.dim // 2)
+            cos, sin = self.cos[at].view(shape).to(x.dtype), self.sin[at].view(shape).to(x.dtype)
+        else:
+            cos = self.cos[offset : offset + T].to(x.dtype)
+            sin = self.sin[offset : offset + T].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -15,7 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from glmflash.bench import cli
 from glmflash.bench import model as bench_model_module
 from glmflash.bench.baselines.naive_model import naive_glmflash
-from glmflash.bench.model import attention_flops, contests
+from glmflash.bench.model import attention_flops, contests, stream_flops, train_flops
 from glmflash.bench.peak import best_times, peak_memory
 from glmflash.config import model_config
 from glmflash.info import parameter_counts
@@ -221,14 +221,20 @@ def test_attention_flops_are_the_kernels_matmuls(T):
 
 @pytest.mark.parametrize("T", [16, 40])
 def test_model_flops_match_a_forward(T):
-    """2 * active * tokens + attention_flops is a forward's matmul FLOPs to within 1% (the
-    rest: norm gains and stream coefficients, which are no matmuls, and the stream reads)."""
+    """2 * active * tokens + attention_flops + stream_flops * tokens is a forward's matmul FLOPs
+    to within 1% (the rest: norm gains and stream coefficients, which are no matmuls), and a
+    train step is 3x that."""
     cfg = model_config("tiny")
     model = GLMFlash(cfg)
     B = 2
     counted = counted_flops(lambda: model(torch.randint(4, 260, (B, T))))
-    predicted = 2 * parameter_counts(cfg)["active"]["all"] * B * T + B * attention_flops(cfg, T)
+    predicted = (
+        2 * parameter_counts(cfg)["active"]["all"] * B * T
+        + B * attention_flops(cfg, T)
+        + B * T * stream_flops(cfg)
+    )
     assert counted == pytest.approx(predicted, rel=1e-2)
+    assert train_flops(cfg, B, T) == 3 * predicted
 
 
 def test_peak_memory_counts_live_tensors():
@@ -273,7 +279,8 @@ def test_peak_fraction_follows_from_its_inputs(monkeypatch):
     cfg = model_config("tiny")
     B, T = 2, 24
     m = bench_model_module.bench_model(cfg, B, T, repeats=1, square=32)
-    flops = 6 * parameter_counts(cfg)["active"]["all"] * B * T + 3 * B * attention_flops(cfg, T)
+    active = parameter_counts(cfg)["active"]["all"]
+    flops = 3 * (2 * active * B * T + B * attention_flops(cfg, T) + B * T * stream_flops(cfg))
     assert m["model_flops_per_step"] == flops
     for p, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         step = m["train_step"][p]

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from glmflash.config import model_config
 from glmflash.info import parameter_counts
-from glmflash.model.lm import GLMFlash
+from glmflash.model.lm import GLMFlash, merge_states
 from glmflash.model.norm import RMSNorm
 
 VARIANTS = {
@@ -272,3 +272,22 @@ def test_indexer_kl_is_a_layer_statistic_summed_like_the_balance_loss(pool):
     assert not any(a.dense_warmup for a in sparse)
     assert model.eval()(tokens, tokens).indexer_kl is None
     assert perturbed(tiny()).train()(tokens, tokens).indexer_kl is None  # fixed pattern
+
+
+@pytest.mark.parametrize("overrides", [{}, {"linear_kind": "delta"}, {"nope_main": True}])
+@pytest.mark.parametrize("lengths", [(5, 12, 1, 30), (9, 9, 17)])
+def test_merged_states_decode_each_row_as_alone(overrides, lengths):
+    """Prompts of different lengths prefilled apart, their states merged (KV caches padded on
+    the left, one position per row): every decoding step's logits equal each row's own."""
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", **overrides)).eval()
+    prompts = [torch.randint(4, 260, (1, n)) for n in lengths]
+    states = [model.step(p)[1] for p in prompts]
+    merged = merge_states(states)
+    assert merged.position.tolist() == list(lengths)
+    feed = torch.randint(4, 260, (len(lengths), 25))  # teacher-forced tokens, past the window
+    for t in range(feed.shape[1]):
+        logits, merged = model.step(feed[:, t : t + 1], merged)
+        for b in range(len(lengths)):
+            alone, states[b] = model.step(feed[b : b + 1, t : t + 1], states[b])
+            assert torch.allclose(logits[b], alone[0], atol=1e-5), (t, b)

@@ -466,8 +466,21 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
     """Killed in its second step (after that step's rollouts were written, before its
     checkpoint), then resumed: rollouts, metrics, final weights and the best checkpoint equal
     those of the run that was never interrupted (KL and ptx terms on). Both steps update, and
-    the best dev score comes before the kill, so each piece of saved state matters."""
+    the best dev score comes before the kill, so each piece of saved state matters: the dev
+    score is a stand-in, a fixed function of the weights (the first weights it is shown score
+    0.25, the second 0.5, the third 0), so equal weights always score alike."""
     monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
+    seen: list[tuple[torch.Tensor, float]] = []
+
+    def dev_score(model, *args, **kwargs):
+        weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+        for w, score in seen:
+            if torch.equal(w, weights):
+                return SimpleNamespace(pass_rate=score)
+        seen.append((weights, [0.25, 0.5, 0.0][len(seen)]))
+        return SimpleNamespace(pass_rate=seen[-1][1])
+
+    monkeypatch.setattr("glmflash.train.rl.evaluate_tasks", dev_score)
     torch.manual_seed(0)
     model = GLMFlash(model_config("tiny", context=192))  # room for the ladder's prompts
     with torch.no_grad():  # far from uniform, so completions differ and rewards spread
@@ -485,7 +498,7 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
         kl=0.1,
         ptx=0.5,
         ptx_batch=2,
-        lr=1e-2,
+        lr=1e-3,
         scope="all",
     )
     calls = []
