@@ -186,17 +186,19 @@ def generate(
     seed: int | None = 0,
     use_cache: bool = True,
     batch_size: int = 64,
+    ragged: bool | None = None,
 ) -> list[Completion]:
     """Complete each prompt (text, or ids without BOS: BOS is prepended), in batches of
     prompts sorted by length: of any lengths where the model decodes rows of different lengths
-    together (`GLMFlash.ragged_decoding`), else of one length. The result is in the order of
-    `prompts`. Sampling is reproducible from `seed` for the same prompts and batch size, and
-    the same with or without the cache."""
+    together (`GLMFlash.ragged_decoding`; `ragged=False` asks for one length per batch even
+    there), else of one length. The result is in the order of `prompts`. Sampling is
+    reproducible from `seed` for the same prompts and batch size, and the same with or without
+    the cache."""
     device = next(model.parameters()).device
     ids = [tok.encode(p) if isinstance(p, str) else list(p) for p in prompts]
     ids = [[tok.BOS, *p] for p in ids]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    ragged = getattr(model, "ragged_decoding", False)
+    ragged = getattr(model, "ragged_decoding", False) and ragged is not False
     runs = [order] if ragged else _runs_of_equal_length(order, ids)
     batches = [run[i : i + batch_size] for run in runs for i in range(0, len(run), batch_size)]
     generator = None

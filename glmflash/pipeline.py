@@ -77,6 +77,7 @@ class PipelinePlan:
                 eval_tasks=0,
                 seed=seed,
                 optimizer="muon",
+                precision="auto",  # bf16 where it is fast (results/precision/bf16_curves.json)
             ),
             RLConfig(seed=seed),
         )  # glmflash rl's defaults are the pipeline's RL stage

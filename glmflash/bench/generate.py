@@ -4,7 +4,9 @@ A batch of random prompts is decoded greedily for a fixed number of new tokens (
 rule: with random weights a sequence could stop at any token). The cached path is one prefill
 `model.step(prompt)`, then one `model.step` per token with the recurrent states and KV caches;
 the baseline recomputes the whole prefix for every token, as the reference lab's RL did. Both
-timings include the prompt. Then the cost of one cached step at several context lengths, for
+timings include the prompt. Then prompts of many lengths (an evaluation's workload) decoded as
+one batch, each row at its own position, against one batch per length. Then the cost of one
+cached step at several context lengths, for
 the whole model and for one linear and one sparse attention layer alone: a linear layer's
 state has a fixed size, so its step cost is flat; a sparse layer's KV cache grows.
 """
@@ -20,6 +22,7 @@ from torch import Tensor
 from glmflash import tokenizer as tok
 from glmflash.bench.peak import best_times
 from glmflash.config import ModelConfig
+from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
 
 
@@ -129,6 +132,9 @@ def bench_generate(
     n_new = batch_size * new_tokens
     decode = {k: {"seconds": s, "new_tokens_per_s": n_new / s} for k, s in seconds.items()}
 
+    log("prompts of many lengths: one batch against one batch per length")
+    mixed = mixed_lengths(model, prompt_len, new_tokens, repeats, device)
+
     log(f"cached step time at contexts {', '.join(map(str, contexts))}")
     steps = step_times(model, batch_size, contexts, max(5 * repeats, 10), device)
     first, last = steps[str(min(contexts))], steps[str(max(contexts))]
@@ -143,8 +149,52 @@ def bench_generate(
         "tokens_agree": float((outputs["cached"] == outputs["full_recompute"]).float().mean()),
         "step_ms_by_context": steps,
         "step_growth": {k: last[k] / first[k] for k in first},  # largest / smallest context
-        "ratios": {"cached_vs_full_recompute": seconds["full_recompute"] / seconds["cached"]},
+        "mixed_lengths": mixed,
+        "ratios": {
+            "cached_vs_full_recompute": seconds["full_recompute"] / seconds["cached"],
+            "one_batch_vs_per_length": mixed["per_length_seconds"] / mixed["one_batch_seconds"],
+        },
     }
 
 
-__all__ = ["bench_generate", "decode_cached", "decode_full", "step_times"]
+def mixed_lengths(
+    model: GLMFlash,
+    prompt_len: int,
+    new_tokens: int,
+    repeats: int,
+    device: torch.device,
+    lengths: int = 16,
+    per_length: int = 3,
+) -> dict[str, Any]:
+    """The evaluation's workload: up to `lengths` distinct prompt lengths around prompt_len,
+    `per_length` prompts of each, greedy through `generate` (stopping rule on), decoded as one
+    batch with each row at its own position, and as one batch per length (how prompts of
+    different lengths had to be decoded before the states could be merged)."""
+    sizes = sorted({max(2, prompt_len // 2 + i * prompt_len // lengths) for i in range(lengths)})
+    prompts = [
+        random_prompts(per_length, n, device, seed=n)[:, 1:].tolist()  # generate adds BOS
+        for n in sizes
+    ]
+    prompts = [p for group in prompts for p in group]
+    outputs: dict[str, list] = {}
+
+    def run(name: str, ragged: bool) -> Callable[[], None]:
+        def decode() -> None:
+            done = generate(model, prompts, max_new_tokens=new_tokens, ragged=ragged)
+            outputs[name] = [c.ids for c in done]
+
+        return decode
+
+    fns = {"one_batch": run("one_batch", True), "per_length": run("per_length", False)}
+    seconds = best_times(fns, dict.fromkeys(fns, repeats), device)
+    return {
+        "prompts": len(prompts),
+        "distinct_lengths": len(sizes),
+        "new_tokens": sum(len(ids) for ids in outputs["one_batch"]),
+        "one_batch_seconds": seconds["one_batch"],
+        "per_length_seconds": seconds["per_length"],
+        "tokens_agree": outputs["one_batch"] == outputs["per_length"],
+    }
+
+
+__all__ = ["bench_generate", "decode_cached", "decode_full", "mixed_lengths", "step_times"]

@@ -394,7 +394,7 @@ def sample_rollouts(
     model: GLMFlash, batch: list[CodeTask], g0: int, cfg: RLConfig, use_cache: bool = True
 ) -> list[Completion]:
     """The step's cfg.group_size samples of each task of `batch`, task by task, in one call:
-    prompts of equal length share decoding batches; the seed is the step's first group index
+    all the step's rows decode as one batch (`generate`); the seed is the step's first group index
     g0, so resuming at a step boundary reproduces the samples. use_cache=False: the same
     draws with the prefix recomputed for every token (the benchmark's baseline)."""
     return generate(

@@ -124,6 +124,10 @@ def test_generate_schema(result):
         assert set(times) == {"model", "linear_layer", "sparse_layer"}
         assert all(finite_positive(t) for t in times.values())
     assert finite_positive(g["ratios"]["cached_vs_full_recompute"])
+    mixed = g["mixed_lengths"]  # one batch of many lengths decodes as one batch per length
+    assert mixed["tokens_agree"] is True and mixed["prompts"] == 3 * mixed["distinct_lengths"]
+    assert mixed["distinct_lengths"] > 1 and mixed["new_tokens"] > 0
+    assert finite_positive(g["ratios"]["one_batch_vs_per_length"])
 
 
 def test_verify_schema(result):
