@@ -20,6 +20,18 @@ def model_for(**overrides) -> GLMFlash:
     return model
 
 
+def record_steps(monkeypatch) -> list[tuple[str, tuple[int, ...]]]:
+    """Every `GLMFlash.step` call from now on, as ("prefill" | "decode", tokens.shape)."""
+    calls, step = [], GLMFlash.step
+
+    def recorded(self, tokens, state=None):
+        calls.append(("prefill" if state is None else "decode", tuple(tokens.shape)))
+        return step(self, tokens, state)
+
+    monkeypatch.setattr(GLMFlash, "step", recorded)
+    return calls
+
+
 PROMPTS = [
     "# Return x plus one.\ndef increment_abc(x):\n",
     "def f(x):\n",
@@ -57,18 +69,10 @@ def test_samples_of_a_prompt_share_one_prefill(kind, prompts, distinct, monkeypa
     recomputation of its own prompt does."""
     model = model_for(**KINDS[kind])
     kw = dict(max_new_tokens=16, temperature=1.0, seed=7)
-    prefills, step = [], GLMFlash.step
-    monkeypatch.setattr(
-        GLMFlash,
-        "step",
-        lambda self, tokens, state=None: (
-            prefills.append(tokens.shape[0]) if state is None else None,
-            step(self, tokens, state),
-        )[1],
-    )
+    calls = record_steps(monkeypatch)
     cached = generate(model, prompts, use_cache=True, **kw)
     full = generate(model, prompts, use_cache=False, **kw)
-    assert prefills == [distinct]
+    assert [shape[0] for kind, shape in calls if kind == "prefill"] == [distinct]
     assert [c.ids for c in cached] == [c.ids for c in full]
     assert len({tuple(c.ids) for c in cached}) >= distinct  # samples differ
 
@@ -194,16 +198,9 @@ def test_prompts_of_different_lengths_decode_as_one_batch(kind, monkeypatch):
     model = model_for(**KINDS[kind])
     long_prompt = "x" * (model.cfg.context - 6)  # room for 5 new tokens after BOS
     prompts = [*PROMPTS, long_prompt]
-    widths, step = [], GLMFlash.step
-    monkeypatch.setattr(
-        GLMFlash,
-        "step",
-        lambda self, tokens, state=None: (
-            widths.append(tokens.shape[0]) if state is not None else None,
-            step(self, tokens, state),
-        )[1],
-    )
+    calls = record_steps(monkeypatch)
     together = generate(model, prompts, max_new_tokens=20)
+    widths = [shape[0] for kind, shape in calls if kind == "decode"]
     assert widths[0] == len(prompts)  # the first decoding step holds every row
     alone = [generate(model, [p], max_new_tokens=20)[0] for p in prompts]
     assert [(c.ids, c.stop) for c in together] == [(c.ids, c.stop) for c in alone]
@@ -215,16 +212,9 @@ def test_indexer_model_decodes_one_length_per_batch(monkeypatch):
     """The indexer's pooled keys need equal positions: its batches hold one prompt length."""
     model = model_for(**KINDS["indexer"])
     assert not model.ragged_decoding
-    prefilled, step = [], GLMFlash.step
-    monkeypatch.setattr(
-        GLMFlash,
-        "step",
-        lambda self, tokens, state=None: (
-            prefilled.append(tokens.shape[1]) if state is None else None,
-            step(self, tokens, state),
-        )[1],
-    )
+    calls = record_steps(monkeypatch)
     generate(model, PROMPTS, max_new_tokens=4)
+    prefilled = [shape[1] for kind, shape in calls if kind == "prefill"]
     assert sorted(prefilled) == sorted(len(p) + 1 for p in PROMPTS)
 
 
