@@ -134,16 +134,15 @@ def _generate_batch(
     budget = [max(0, min(max_new, model.cfg.context - len(p))) for p in prompts]
     out: list[list[int]] = [[] for _ in range(B)]
     stops = ["length"] * B
-    alive = torch.tensor([i for i in range(B) if budget[i] > 0], dtype=torch.long, device=device)
-    if not len(alive):
+    rows = [i for i in range(B) if budget[i] > 0]  # a prompt that fills the context adds nothing
+    if not rows:
         return [(ids, stop) for ids, stop in zip(out, stops, strict=True)]
+    alive = torch.tensor(rows, dtype=torch.long, device=device)  # original row of each active one
     if use_cache:
-        logits, state = prefill(model, prompts)
-        if len(alive) < B:
-            logits, state = logits[alive], state.select(alive)
+        logits, state = prefill(model, [prompts[i] for i in rows])
     else:  # the oracle: the whole sequence again for every token
-        seqs, lengths = (t[alive] for t in right_padded(prompts, device))
-        logits = model(seqs).logits[torch.arange(len(alive), device=device), lengths - 1]
+        seqs, lengths = right_padded([prompts[i] for i in rows], device)
+        logits = model(seqs).logits[torch.arange(len(rows), device=device), lengths - 1]
     while True:
         nxt = sample_next(logits.masked_fill(~mask, float("-inf")), temperature, top_p, generator)
         keep = []

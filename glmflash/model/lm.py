@@ -50,6 +50,8 @@ class DecodeState:
 
     def expand(self, n: int) -> DecodeState:
         """Repeat a batch-1 state n times along the batch (one prompt, n samples)."""
+        if _first_tensor(self.layers).shape[0] != 1:
+            raise ValueError("expand repeats a state of one row; use select for more")
         return self.select(torch.zeros(n, dtype=torch.long))
 
     def select(self, index: Tensor) -> DecodeState:
@@ -82,9 +84,10 @@ def merge_states(states: list[DecodeState]) -> DecodeState:
             padded.append(F.pad(t, pad))
         return torch.cat(padded)
 
+    device = _first_tensor(states[0].layers).device
     position = torch.cat(
-        [torch.as_tensor(s.position).expand(rows(s)).reshape(-1) for s in states]
-    ).to(_first_tensor(states[0].layers).device)
+        [torch.as_tensor(s.position, device=device).expand(rows(s)).reshape(-1) for s in states]
+    )
     return DecodeState(_zip_tensors([s.layers for s in states], cat), position)
 
 

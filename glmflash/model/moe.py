@@ -9,9 +9,10 @@ experts every token uses.
 Dispatch: the N*k (token, slot) assignments are sorted by expert, the rows gathered so that
 each expert sees one contiguous block, one matmul chain per expert, then the gated outputs are
 scattered back with index_add_. No Python loop over tokens. Where the matmuls run in a 16-bit
-dtype (bf16 autocast), each expert's rows are zero-padded to a multiple of ROW_GRANULE: oneDNN
-compiles a kernel per matrix shape, and routing changes every expert's row count each step, so
-unpadded it spends more time compiling than multiplying (about 0.9 s of a 25m bf16 step).
+dtype on the CPU (bf16 autocast), each expert's rows are zero-padded to a multiple of
+ROW_GRANULE: oneDNN compiles a kernel per matrix shape, and routing changes every expert's row
+count each step, so unpadded it spends more time compiling than multiplying (about 0.9 s of a
+25m bf16 step).
 
 Balancing, two options:
 - 'aux' (Switch Transformer): L = coef * n * sum_e f_e P_e, with f_e the fraction of
@@ -61,9 +62,12 @@ def swiglu(x: Tensor, w1: Tensor, w3: Tensor, w2: Tensor) -> Tensor:
     return (F.silu(x @ w1) * (x @ w3)) @ w2
 
 
-def low_precision_matmuls(x: Tensor) -> bool:
-    """Whether a matmul of x runs in a 16-bit dtype: x is one, or autocast is on."""
-    return x.element_size() < 4 or torch.is_autocast_enabled(x.device.type)
+def compiled_per_shape(x: Tensor) -> bool:
+    """Whether a matmul of x goes to kernels compiled per shape: oneDNN's 16-bit ones on the
+    CPU (x is 16-bit, or autocast is on). cuBLAS kernels are not, and padding would only add
+    work there."""
+    low = x.element_size() < 4 or torch.is_autocast_enabled(x.device.type)
+    return x.device.type == "cpu" and low
 
 
 def padded_swiglu(x: Tensor, w1: Tensor, w3: Tensor, w2: Tensor, granule: int) -> Tensor:
@@ -128,7 +132,7 @@ class MoE(nn.Module):
         counts = torch.bincount(expert, minlength=self.n_experts).tolist()
         rows = x[token].split(counts)
         weights = zip(self.w1.unbind(0), self.w3.unbind(0), self.w2.unbind(0), strict=True)
-        granule = ROW_GRANULE if low_precision_matmuls(x) else 1
+        granule = ROW_GRANULE if compiled_per_shape(x) else 1
         out = torch.cat([padded_swiglu(r, *w, granule) for r, w in zip(rows, weights, strict=True)])
         out = out * gates.flatten()[order, None].to(out.dtype)
         return out.new_zeros(N, x.shape[1]).index_add_(0, token, out)

@@ -22,7 +22,8 @@ class RotaryEmbedding(nn.Module):
         self._build(max_len)
 
     def _build(self, length: int) -> None:
-        angles = torch.outer(torch.arange(length, dtype=torch.float64), self.inv_freq)
+        positions = torch.arange(length, dtype=torch.float64, device=self.inv_freq.device)
+        angles = torch.outer(positions, self.inv_freq)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 

@@ -155,7 +155,7 @@ def pretrain(
         start = load_training_state(latest, model, optimizer)
         if dist.is_main:
             log(f"resuming {out} from step {start}")
-    amp = autocast_dtype(dev, cfg.precision)
+    amp = run_autocast(out, dev, cfg.precision, start, dist)
     if dist.is_main:
         trim_metrics(out / METRICS, start)
         if amp is not None and (warning := bf16_warning(dev)):
@@ -281,6 +281,23 @@ def prepare_run(
         except OSError as e:
             raise TrainError(f"cannot write to {out}: {e.strerror}") from None
     return mcfg
+
+
+def run_autocast(
+    out: Path, dev: torch.device, precision: str, start: int, dist: DistInfo
+) -> torch.dtype | None:
+    """The run's autocast dtype. `auto` is decided once per run, at its first start (bf16 only
+    where every rank measured it fast), and read back from run.json when the run resumes: a
+    calibration taken on a busy machine cannot switch a run's precision half-way."""
+    if precision != "auto":
+        return autocast_dtype(dev, precision)
+    machines = json.loads((out / RUN).read_text()).get("machines", []) if start else []
+    if machines:
+        chosen = machines[0]["dtypes"]["autocast"]
+        return None if chosen == "none" else getattr(torch, chosen)
+    amp = autocast_dtype(dev, "auto")
+    fast = torch.tensor(float(amp is not None), device=dev)
+    return amp if float(all_reduce_mean(fast, dist)) == 1.0 else None
 
 
 def precision_choices(optimizer: Any, amp: torch.dtype | None) -> dict[str, Any]:

@@ -262,3 +262,21 @@ def test_indexer_warmup_trains_the_indexer_alone_then_everything(tmp_path):
     pretrain(cfg, tmp_path / "both", device="cpu", model_overrides=overrides)
     changed = {n for n, w in weights(tmp_path / "both").items() if not torch.equal(w, init[n])}
     assert any(".indexer." not in n for n in changed)
+
+
+def test_precision_auto_is_decided_once_per_run(tmp_path, monkeypatch):
+    """auto follows the calibration at the run's first start (bf16 where fast, else fp32), and
+    a resume keeps that choice even when the calibration now says otherwise."""
+    from glmflash import machine
+
+    cfg = PretrainConfig(**{**FAST, "precision": "auto"})
+    for name, first, later in (("fast", 3.0, 0.02), ("slow", 0.02, 3.0)):
+        monkeypatch.setattr(machine, "bf16_speedup", lambda device="cpu", s=first: s)
+        pretrain(cfg, tmp_path / name, device="cpu")
+        shutil.rmtree(checkpoint_dirs(tmp_path / name)[-1])
+        monkeypatch.setattr(machine, "bf16_speedup", lambda device="cpu", s=later: s)
+        pretrain(cfg, tmp_path / name, device="cpu", resume=True)
+        runs = json.loads((tmp_path / name / "run.json").read_text())["machines"]
+        chosen = [m["dtypes"]["autocast"] for m in runs]
+        assert chosen == (["bfloat16"] * 2 if first > 1 else ["none"] * 2), name
+        assert [m["start_step"] for m in runs] == [0, 2]
