@@ -30,7 +30,7 @@ import os
 import sys
 from typing import Any
 
-from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
+from glmflash.config import PRECISIONS, PRESETS, ConfigError, ModelConfig, model_config
 from glmflash.errors import CLIError
 
 SECTIONS = ("model", "generate", "verify")
@@ -105,6 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument(
         "--optimizer", choices=("adamw", "muon"), default=None, help="default: the pipeline's"
     )
+    f.add_argument(
+        "--precision", choices=PRECISIONS, default=None, help="profile: default the pipeline's"
+    )
     v = p.add_argument_group("verify")
     v.add_argument(
         "--programs", type=positive_int, default=600, help="programs in the verifier mix"
@@ -175,6 +178,7 @@ def run_section(
             batch_size=args.batch_size,
             seq_len=args.seq_len,
             optimizer=args.optimizer or plan.optimizer,
+            precision=args.precision or plan.precision,
         )
         return bench_profile(cfg, settings, args.steps, device=device, log=log)
     from glmflash.bench.verify import bench_verify

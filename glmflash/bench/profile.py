@@ -185,7 +185,8 @@ def bench_profile(
     x, y = batch[:, :-1].to(device), batch[:, 1:].to(device)
     torch.manual_seed(cfg.seed)
     model = GLMFlash(mcfg).to(device).train()
-    step = train_step(model, x, y, autocast_dtype(device, cfg.precision), cfg)
+    amp = autocast_dtype(device, cfg.precision)
+    step = train_step(model, x, y, amp, cfg)
     log("one warm-up step, then the step without the profiler")
     step()
     plain = timed(step, steps, device)
@@ -226,7 +227,7 @@ def bench_profile(
         "batch_size": cfg.batch_size,
         "seq_len": cfg.seq_len,
         "optimizer": cfg.optimizer,
-        "precision": cfg.precision,
+        "precision": "fp32" if amp is None else "bf16",  # as resolved (cfg may say auto)
         "step_seconds": plain,
         "tokens_per_s": tokens / plain,
         "profiled_step_seconds": wall / steps,

@@ -92,11 +92,14 @@ def test_command_prints_parts_and_json():
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     argv = ["profile", "--preset", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "1"]
+    argv += ["--precision", "fp32"]
     out = io.StringIO()
     with redirect_stdout(out):
-        assert cli.run(parser.parse_args([*argv, "--json", "--optimizer", "adamw"])) == 0
+        args = [*argv, "--json", "--optimizer", "adamw", "--precision", "bf16"]  # the last wins
+        assert cli.run(parser.parse_args(args)) == 0
     result = json.loads(out.getvalue())
     assert result["optimizer"] == "adamw" and result["step_seconds"] > 0
+    assert result["precision"] == "bf16"
     assert set(result["parts"]) <= set(PARTS) and OVERHEAD in result["parts"]
     assert sum(p["share"] for p in result["parts"].values()) == pytest.approx(1.0, abs=0.02)
     assert result["top_ops"] and result["environment"]["cpu_capability"]
