@@ -192,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
     from glmflash.bench.generate import check_lengths
     from glmflash.device import resolve_device
+    from glmflash.train.checkpoint import CheckpointError, read_config
 
     sections = {"all": SECTIONS}.get(args.which, (args.which,))
     try:
@@ -204,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
                 "bench rl needs a trained model (--checkpoint DIR): a random model's "
                 "completions stop at their first token"
             )
-    except (ConfigError, ValueError) as e:
+        if args.which == "rl":
+            read_config(args.checkpoint)  # a missing or broken folder, before any work
+    except (ConfigError, ValueError, CheckpointError) as e:
         raise CLIError(str(e)) from None
     if args.threads is not None:
         torch.set_num_threads(args.threads)

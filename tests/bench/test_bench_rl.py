@@ -80,3 +80,10 @@ def test_without_a_checkpoint_is_a_user_error():
 
     with pytest.raises(CLIError, match="--checkpoint"):
         bench("rl")
+
+
+def test_a_missing_checkpoint_folder_is_a_user_error(tmp_path):
+    from glmflash.errors import CLIError
+
+    with pytest.raises(CLIError, match="not found"):
+        bench("rl", "--checkpoint", str(tmp_path / "nowhere"))
