@@ -88,6 +88,29 @@ def test_sequence_logprobs_match_one_at_a_time():
         assert int(mask[i].sum()) == len(c)
 
 
+@pytest.mark.parametrize("chunks", [2, 3, 7])
+def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
+    """Rows scored in chunks of similar length (less padding) give the one-batch result:
+    log-probabilities, mask, ids, entropy and the gradient of a loss on them."""
+    model = tiny_model().double()
+    g = torch.Generator().manual_seed(chunks)
+    sizes = [(3, 9), (12, 2), (5, 5), (1, 14), (8, 1), (2, 6), (10, 10)]  # unsorted lengths
+    prompts = [torch.randint(4, 200, (n,), generator=g).tolist() for n, _ in sizes]
+    comps = [torch.randint(4, 200, (m,), generator=g).tolist() for _, m in sizes]
+    results, grads = [], []
+    for n in (1, chunks):
+        model.zero_grad()
+        scored = sequence_logprobs(model, prompts, comps, with_entropy=True, chunks=n)
+        (scored.logp.sum() * 0.5 + scored.logp.pow(2).sum()).backward()
+        results.append(scored)
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    (a, b), (ga, gb) = results, grads
+    assert torch.equal(a.mask, b.mask) and torch.equal(a.ids, b.ids)
+    assert torch.allclose(a.logp, b.logp, atol=1e-10)
+    assert torch.allclose(a.entropy, b.entropy, atol=1e-10)
+    assert all(torch.allclose(x, y, atol=1e-9) for x, y in zip(ga, gb, strict=True))
+
+
 def test_equal_rewards_give_zero_gradient():
     model = tiny_model()
     set_scope(model, "all")
