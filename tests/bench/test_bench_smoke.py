@@ -178,7 +178,12 @@ def test_naive_model_is_the_same_network(overrides):
         torch.testing.assert_close(a.grad, b.grad, msg=name)
     if not overrides:  # every module was swapped for its naive form
         kinds = {type(m).__name__ for m in naive.modules()}
-        assert {"CumsumLinearAttention", "GatheredSparseAttention", "MaskedMoE"} <= kinds
+        assert {
+            "CumsumLinearAttention",
+            "GatheredSparseAttention",
+            "MaskedMoE",
+            "PlainStaticMixer",
+        } <= kinds
 
 
 def test_naive_model_decodes_like_the_model():

@@ -3,7 +3,8 @@
     linear attention   a prefix sum of outer products: a [B, H, T, D, D] tensor
     sparse attention   each query's keys gathered into a padded [B, H, T, K, D] tensor
     MoE                one boolean mask per expert to find its tokens
-    residual streams   the static mixer (stream_mixer='static'), the reference lab's form
+    residual streams   the static mixer (stream_mixer='static'), the reference lab's form,
+                       as multiply-adds of whole streams with autograd's backward
 
 Each module is a subclass of the model's own that overrides only the core computation, so
 parameters, initialisation and the rest of the network are the model's; with the same weights
@@ -15,6 +16,7 @@ no naive form here and are kept as they are.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +27,7 @@ from glmflash.model.attention_linear import LinearAttention, LinearState, featur
 from glmflash.model.attention_sparse import KVCache, SparseAttention
 from glmflash.model.lm import Block, GLMFlash
 from glmflash.model.moe import MoE, swiglu
+from glmflash.model.streams import StaticMixer
 
 
 def split_heads(
@@ -86,10 +89,26 @@ class MaskedMoE(MoE):
         return y
 
 
+class PlainStaticMixer(StaticMixer):
+    """The static mixer written the plain way: H'_s = sum_t M_st H_t + h_post_s y as S
+    multiply-adds of whole streams, x as a weighted sum over streams, autograd's backward."""
+
+    def read(self, h: Tensor) -> tuple[Tensor, Any]:
+        w = torch.softmax(self.pre, 0)
+        return (w[:, None] * h).sum(-2), None
+
+    def write(self, h: Tensor, y: Tensor, ctx: Any) -> Tensor:
+        out = self.post[:, None] * y.unsqueeze(-2).to(h.dtype)
+        for m_t, h_t in zip(self.mix.unbind(-1), h.unbind(-2), strict=True):  # column t of M
+            out = out + m_t[:, None] * h_t.unsqueeze(-2)
+        return out
+
+
 NAIVE_FORMS: dict[type[nn.Module], type[nn.Module]] = {
     LinearAttention: CumsumLinearAttention,
     SparseAttention: GatheredSparseAttention,
     MoE: MaskedMoE,
+    StaticMixer: PlainStaticMixer,
 }
 
 
@@ -108,6 +127,7 @@ def naive_glmflash(cfg: ModelConfig) -> GLMFlash:
         if type(block.attn) in NAIVE_FORMS:
             block.attn = naive_form(block.attn, cfg)
         block.moe = naive_form(block.moe, cfg)
+        block.hc_attn, block.hc_moe = (naive_form(m, cfg) for m in (block.hc_attn, block.hc_moe))
     return model
 
 
@@ -115,6 +135,7 @@ __all__ = [
     "CumsumLinearAttention",
     "GatheredSparseAttention",
     "MaskedMoE",
+    "PlainStaticMixer",
     "naive_form",
     "naive_glmflash",
 ]
