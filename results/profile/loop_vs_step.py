@@ -4,9 +4,9 @@
 
 Runs `pretrain` (25m, 32 x 128) for a few steps into a temporary folder (no evaluation or
 checkpoint before the last step) and times the same update without the loop
-(`bench.profile.pretrain_step`). The loop's step time is the median over its steps 2..N-1 of
-the wall time between consecutive steps (data, update, metrics, logs, progress: everything the
-loop does), the bare step's the median of as many calls."""
+(`bench.model.train_step`, the loop's own `update`). The loop's step time is the median over
+its steps 2..N-1 of the wall time between consecutive steps (data, update, metrics, logs,
+progress: everything the loop does), the bare step's the median of as many calls."""
 
 import argparse
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from glmflash.bench.profile import pretrain_step
+from glmflash.bench.model import train_step
 from glmflash.config import PretrainConfig, model_config
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
@@ -52,7 +52,7 @@ update = [r["step_seconds"] for r in rows[1:-1]]
 torch.manual_seed(0)
 model = GLMFlash(model_config("25m")).train()
 batch = torch.randint(4, 260, (cfg.batch_size, cfg.seq_len + 1))
-step = pretrain_step(model, cfg, batch[:, :-1], batch[:, 1:], None)
+step = train_step(model, batch[:, :-1], batch[:, 1:], None, cfg)
 step()
 bare = []
 for _ in range(len(loop)):
