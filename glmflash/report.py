@@ -181,7 +181,7 @@ def examples_section(before: ConfirmEval, after: ConfirmEval) -> list[str]:
         lines += [
             f"**{r['name']}**: before `{r['status']}`, after `{a['status'] if a else '?'}`",
             "",
-            "```python",
+            "```text",  # a transcript of two completions, not one program
             r["prompt"] + r["completion"] + "# --- after RL:",
             a["completion"] if a else "",
             "```",

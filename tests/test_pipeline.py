@@ -26,6 +26,8 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     assert results["machine"]["dtypes"]["newton_schulz"] in ("float32", "bfloat16")
     report = (out / "report.md").read_text()
     assert "greedy pass@1" in report and "## Example generations" in report
+    # transcripts of model output are not labelled Python (a formatter would rewrite them)
+    assert "```text" in report and "```python" not in report
     assert "sampled pass@2, all eight families" in report and "pass@8" not in report
     assert f"CPU capability {results['machine']['cpu_capability']}" in report
     assert (out / "families.png").stat().st_size > 0
