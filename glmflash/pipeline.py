@@ -247,15 +247,13 @@ class Pipeline:
         return VisionStage(res["heldout_correct"], res["train_correct"])
 
     def machine(self) -> dict[str, Any]:
-        """The machine the timings were taken on, with the precision choices of pretraining."""
-        from glmflash.device import autocast_dtype, resolve_device
-        from glmflash.machine import fast_matmul_dtype, machine_record
+        """The machine the timings were taken on, with the dtypes pretraining chose, as its run
+        recorded them (`auto` is decided once per run, not again here)."""
+        from glmflash.device import resolve_device
+        from glmflash.machine import machine_record
 
-        dev = resolve_device(self.device)
-        choices = {"autocast": autocast_dtype(dev, self.plan.pretrain.precision) or "none"}
-        if self.plan.pretrain.optimizer == "muon":
-            choices["newton_schulz"] = fast_matmul_dtype(dev)
-        return machine_record(dev, **choices)
+        run = json.loads((self.out / "pretrain" / "run" / "run.json").read_text())
+        return machine_record(resolve_device(self.device), **run["machines"][-1]["dtypes"])
 
     def results(
         self,

@@ -39,9 +39,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from glmflash.config import PRESETS, ConfigError, PretrainConfig, model_config
+from glmflash.config import PRECISIONS, PRESETS, ConfigError, PretrainConfig, model_config
 from glmflash.data import digits
-from glmflash.device import PRECISIONS, autocast, autocast_dtype, resolve_device
+from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given, setting
 from glmflash.machine import bf16_warning, machine_record
