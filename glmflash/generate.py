@@ -85,11 +85,8 @@ def prefill(model: GLMFlash, prompts: list[list[int]]) -> tuple[Tensor, Any]:
     for every row of that prompt; prompts of different lengths are prefilled apart and their
     states merged, each row keeping its own position (`merge_states`)."""
     device = next(model.parameters()).device
-    by_length: dict[int, list[int]] = defaultdict(list)
-    for i, p in enumerate(prompts):
-        by_length[len(p)].append(i)
     rows, logits, states = [], [], []
-    for members in by_length.values():
+    for members in rows_by_length(prompts).values():
         batch = torch.tensor([prompts[i] for i in members], device=device)
         unique, inverse = torch.unique(batch, dim=0, return_inverse=True)  # rows sorted
         last, state = model.step(unique)
@@ -103,6 +100,14 @@ def prefill(model: GLMFlash, prompts: list[list[int]]) -> tuple[Tensor, Any]:
         return logits[0], states[0]
     order = torch.tensor(rows, device=device).argsort()  # row i of the prompts at order[i]
     return torch.cat(logits)[order], merge_states(states).select(order)
+
+
+def rows_by_length(seqs: Sequence[Sequence[int]]) -> dict[int, list[int]]:
+    """Length -> the indices of the sequences of that length, in their order."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, s in enumerate(seqs):
+        groups[len(s)].append(i)
+    return groups
 
 
 def right_padded(prompts: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
@@ -196,9 +201,9 @@ def generate(
     device = next(model.parameters()).device
     ids = [tok.encode(p) if isinstance(p, str) else list(p) for p in prompts]
     ids = [[tok.BOS, *p] for p in ids]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    ragged = getattr(model, "ragged_decoding", False) and ragged is not False
-    runs = [order] if ragged else _runs_of_equal_length(order, ids)
+    runs = [rows for _, rows in sorted(rows_by_length(ids).items())]  # one run per length
+    if getattr(model, "ragged_decoding", False) and ragged is not False:
+        runs = [[i for run in runs for i in run]]  # all lengths together
     batches = [run[i : i + batch_size] for run in runs for i in range(0, len(run), batch_size)]
     generator = None
     if temperature > 0 and seed is not None:
@@ -229,17 +234,6 @@ def generate(
         model.train(was_training)
         progress.close()
     return results  # type: ignore[return-value]
-
-
-def _runs_of_equal_length(order: list[int], ids: list[list[int]]) -> list[list[int]]:
-    """`order` (sorted by length) cut where the length changes."""
-    runs: list[list[int]] = []
-    for i in order:
-        if runs and len(ids[runs[-1][0]]) == len(ids[i]):
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return runs
 
 
 # -- command line: glmflash generate ---------------------------------------------------------

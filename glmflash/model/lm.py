@@ -50,18 +50,18 @@ class DecodeState:
 
     def expand(self, n: int) -> DecodeState:
         """Repeat a batch-1 state n times along the batch (one prompt, n samples)."""
-        if _first_tensor(self.layers).shape[0] != 1:
+        first = _first_tensor(self.layers)
+        if first.shape[0] != 1:
             raise ValueError("expand repeats a state of one row; use select for more")
-        return self.select(torch.zeros(n, dtype=torch.long))
+        return self.select(torch.zeros(n, dtype=torch.long, device=first.device))
 
     def select(self, index: Tensor) -> DecodeState:
         """The batch rows in `index`, in its order: drop finished sequences, or repeat a
         shared prompt's state for each of its samples."""
         position = self.position
         if isinstance(position, Tensor):
-            position = position.index_select(0, index.to(position.device))
-        layers = _map_tensors(self.layers, lambda t: t.index_select(0, index.to(t.device)))
-        return DecodeState(layers, position)
+            position = position.index_select(0, index)
+        return DecodeState(_map_tensors(self.layers, lambda t: t.index_select(0, index)), position)
 
 
 def merge_states(states: list[DecodeState]) -> DecodeState:

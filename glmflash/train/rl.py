@@ -233,8 +233,8 @@ def sequence_logprobs(
     size = -(-len(order) // max(1, chunks))
     logps, entropies = [], []
     for start in range(0, len(order), size):
-        rows = torch.tensor(order[start : start + size], device=device)
-        L = max(len(seqs[i]) for i in order[start : start + size])
+        part = order[start : start + size]
+        rows, L = torch.tensor(part, device=device), max(len(seqs[i]) for i in part)
         logits = model(ids[rows, : L - 1]).logits
         log_probs = torch.log_softmax(
             logits.to(torch.promote_types(logits.dtype, torch.float32)), -1
