@@ -6,9 +6,9 @@ rule: with random weights a sequence could stop at any token). The cached path i
 the baseline recomputes the whole prefix for every token, as the reference lab's RL did. Both
 timings include the prompt. Then prompts of many lengths (an evaluation's workload) decoded as
 one batch, each row at its own position, against one batch per length. Then the cost of one
-cached step at several context lengths, for
-the whole model and for one linear and one sparse attention layer alone: a linear layer's
-state has a fixed size, so its step cost is flat; a sparse layer's KV cache grows.
+cached step at several context lengths, for the whole model and for one linear and one sparse
+attention layer alone: a linear layer's state has a fixed size, so its step cost is flat; a
+sparse layer's KV cache grows.
 """
 
 from __future__ import annotations
