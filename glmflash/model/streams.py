@@ -87,8 +87,9 @@ class MixWrite(torch.autograd.Function):
         dH = M^T G     dM = G H^T     dy = h_post^T G     dh_post = G y
 
     four batched matmuls that each read G once. Autograd's backward of the same sum written as
-    S multiply-adds makes two passes over [N, S, C] per stream: 4x slower on CPU, where these
-    memory-bound passes were the largest part of a train step."""
+    S multiply-adds makes two passes over [N, S, C] per stream: about 5x slower on CPU
+    (results/profile/stream_write.py), where these memory-bound passes were the largest part of
+    a train step."""
 
     @staticmethod
     def forward(ctx: Any, h: Tensor, y: Tensor, mix: Tensor, post: Tensor) -> Tensor:

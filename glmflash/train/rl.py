@@ -220,7 +220,8 @@ def sequence_logprobs(
     with `with_entropy`, also the policy's entropy at each scored position. The rows run through
     the model in `chunks` forward passes of rows of similar length (sorted), each padded only
     to its own longest: on the RL stage's batches one padded pass spends 37% of its tokens on
-    padding, four sorted ones 11%. A causal model scores a row the same in any batch."""
+    padding, four sorted ones 11% (results/profile/rl_padding.py). A causal model scores a row
+    the same in any batch."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
     T = max(len(s) for s in seqs)
     device = next(model.parameters()).device
