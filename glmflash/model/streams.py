@@ -138,13 +138,16 @@ class NormedProjection(torch.autograd.Function):
         return p * r
 
     @staticmethod
-    def backward(ctx: Any, da: Tensor) -> tuple[Tensor, Tensor, None]:
+    def backward(ctx: Any, da: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
         v, weight, p, r = ctx.saved_tensors
         with torch.autocast(da.device.type, enabled=False):
             dp = da * r
-            coef = (da * p).sum(-1, keepdim=True) * r.pow(3) / -v.shape[-1]
-            dv = (dp @ weight).addcmul_(v, coef)
-            dw = dp.T @ v
+            dv = dw = None
+            if ctx.needs_input_grad[0]:
+                coef = (da * p).sum(-1, keepdim=True) * r.pow(3) / -v.shape[-1]
+                dv = (dp @ weight).addcmul_(v, coef)
+            if ctx.needs_input_grad[1]:  # a frozen layer (RL's scopes) needs no dW
+                dw = dp.T @ v
         return dv, dw, None
 
 

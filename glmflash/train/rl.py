@@ -12,8 +12,9 @@ long completion is not down-weighted; N is the number of completions in the step
 whose rewards are all equal has all A_i = 0: it contributes no gradient and is counted.
 `advantage`, `aggregation` and `update_epochs` select GRPO, Dr. GRPO or PPO-style clipped
 updates instead (`policy_gradient.ALGORITHMS`). Every step logs the run's health: reward mean
-and spread, share of groups without spread, policy entropy, KL to the initial policy, clip
-fraction, completion length and truncation rate, gradient norm.
+and spread, share of groups without spread, policy entropy, KL to the initial policy (from
+`kl_rows` completions while the penalty is off: a full reference pass was a quarter of the
+update), clip fraction, completion length and truncation rate, gradient norm.
 The KL option penalises drift from the initial policy with the k3 estimator per token,
 exp(ref - logp) - (ref - logp) - 1. The ptx option (InstructGPT's PPO-ptx) adds
 gamma * (next-token loss on a batch of the pretraining corpus) to every update: the KL term
@@ -106,6 +107,11 @@ class RLConfig:
     )
     seed: int = setting(31415, "task order and sampling")
     kl: float = setting(0.0, "weight of the k3 KL penalty to the initial policy")
+    kl_rows: int = setting(
+        16,
+        "completions of a step the initial policy scores for the KL health figure when kl = 0: "
+        "an estimate of the step's KL at a fraction of a full forward pass (kl > 0 scores all)",
+    )
     ptx: float = setting(
         0.0,
         "weight of the pretraining next-token loss mixed into each update (InstructGPT's PPO-ptx)",
@@ -166,8 +172,11 @@ class RLConfig:
             raise ValueError(
                 f"learning rate must be non-negative (0 updates nothing), got {self.lr}"
             )
-        if self.kl < 0 or self.ptx < 0 or self.ptx_batch < 1:
-            raise ValueError("kl and ptx must be non-negative and ptx batch positive")
+        if self.kl < 0 or self.ptx < 0 or self.ptx_batch < 1 or self.kl_rows < 1:
+            raise ValueError(
+                "kl and ptx must be non-negative, ptx batch and KL rows positive, got "
+                f"{self.kl}, {self.ptx}, {self.ptx_batch}, {self.kl_rows}"
+            )
         if self.advantage not in ADVANTAGES or self.aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"advantage must be one of {', '.join(ADVANTAGES)} and aggregation "
@@ -537,7 +546,7 @@ def policy_update(
     `lm_batch` (x, y) adds cfg.ptx times its next-token loss. A batch with no advantage is
     skipped whole (a group without reward spread still moves nothing). Returns the loss and
     gradient norm of the first update, the entropy and KL to `reference` (None without one)
-    on the scored tokens before it, and the mean clip fraction over the updates. One piece on
+    on the scored tokens before it (the KL over cfg.kl_rows of the completions when kl = 0), and the mean clip fraction over the updates. One piece on
     purpose: each epoch reads as PPO's update does (score, surrogate, KL penalty, ptx, step).
     """
     sel = (adv != 0).nonzero().flatten().tolist()
@@ -546,10 +555,12 @@ def policy_update(
     model.train()
     ids = [completions[i].ids + ([tok.EOS] if completions[i].stop == "eos" else []) for i in sel]
     chosen = [prompts[i] for i in sel]
-    ref = None
+    ref, kl_at = None, kl_rows(len(sel), len(sel) if cfg.kl > 0 else cfg.kl_rows)
     if reference is not None:
         with torch.no_grad():
-            ref = sequence_logprobs(reference, chosen, ids).logp
+            ref = sequence_logprobs(
+                reference, [chosen[i] for i in kl_at], [ids[i] for i in kl_at]
+            ).logp
     a = adv[sel]
     budget = cfg.max_new_tokens + 1  # Dr. GRPO's constant: the longest a completion can be
     stats: dict[str, Any] = {}
@@ -559,7 +570,11 @@ def policy_update(
         logp, mask = scored.logp, scored.mask
         if epoch == 0:
             stats["entropy"] = float(scored.entropy.sum() / mask.sum().clamp_min(1))
-            stats["kl"] = None if ref is None else float(k3_kl(logp.detach(), ref, mask))
+            if ref is not None:
+                at = (kl_at, slice(0, ref.shape[1]))  # ref is padded to its own rows' longest
+                stats["kl"] = float(k3_kl(logp.detach()[at], ref, mask[at]))
+            else:
+                stats["kl"] = None
             if cfg.update_epochs > 1:
                 old = logp.detach()
         surrogate = policy_surrogate(
@@ -588,6 +603,12 @@ def policy_update(
             stats.update(loss=float(loss.detach()), grad_norm=grad_norm)
     stats["clip_fraction"] = sum(clip_fractions) / len(clip_fractions)
     return stats
+
+
+def kl_rows(n: int, k: int) -> list[int]:
+    """k of n rows evenly spaced (all n when k >= n): the RL batch holds each group's
+    completions together, so the rows spread over the groups."""
+    return list(range(n)) if k >= n else [i * n // k for i in range(k)]
 
 
 def _best_so_far(out: Path) -> dict[str, Any] | None:

@@ -257,3 +257,19 @@ def test_normed_projection_matches_rmsnorm_then_linear_and_gradcheck(n, d, k):
     expect = F.linear(v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6), w)
     assert torch.allclose(NormedProjection.apply(v, w, 1e-6), expect, atol=1e-12)
     assert torch.autograd.gradcheck(lambda v, w: NormedProjection.apply(v, w, 1e-6), (v, w))
+
+
+@pytest.mark.parametrize("frozen", ["v", "w"])
+def test_normed_projection_with_a_frozen_input_keeps_the_other_gradient(frozen):
+    """RL trains a few blocks: the frozen layers' projections are skipped in backward, and
+    the gradient that still flows must be the one computed when both are trained."""
+    torch.manual_seed(3)
+    v = torch.randn(6, 10, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 10, dtype=torch.float64, requires_grad=True)
+    da = torch.randn(6, 5, dtype=torch.float64)
+    both = torch.autograd.grad(NormedProjection.apply(v, w, 1e-6), (v, w), da)
+    v.requires_grad_(frozen != "v")
+    w.requires_grad_(frozen != "w")
+    kept, expect = (w, both[1]) if frozen == "v" else (v, both[0])
+    (grad,) = torch.autograd.grad(NormedProjection.apply(v, w, 1e-6), (kept,), da)
+    assert torch.allclose(grad, expect, atol=1e-12)

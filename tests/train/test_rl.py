@@ -24,6 +24,7 @@ from glmflash.train.rl import (
     _best_so_far,
     _evaluate_dev,
     dev_tasks,
+    kl_rows,
     plot_rl,
     policy_update,
     ptx_stream,
@@ -176,6 +177,53 @@ def test_zero_learning_rate_keeps_the_starting_policy_bit_identical(lr):
     same = [torch.equal(a, b) for a, b in zip(before, params, strict=True)]
     moved = [not s for s, p in zip(same, params, strict=True) if p.grad is not None]
     assert all(same) if lr == 0 else sum(moved) > len(moved) // 2
+
+
+@pytest.mark.parametrize(
+    ("kl", "rows", "expected"), [(0.0, 2, [0, 3]), (0.0, 9, None), (0.1, 2, None)]
+)
+def test_kl_figure_from_a_few_completions_unless_penalised(kl, rows, expected, monkeypatch):
+    """Without the penalty the initial policy scores only `kl_rows` completions, evenly spaced;
+    the figure is then the k3 KL of exactly those rows, each scored alone (no padding of the
+    others). With the penalty (or rows >= completions) it scores all of them."""
+    model, reference = tiny_model(1).double(), tiny_model(2).double()
+    cfg = RLConfig(group_size=3, lr=0.0, scope="all", kl=kl, kl_rows=rows)
+    comps = generate(model, ["def f(a):", "def gg(b, c):"] * 3, max_new_tokens=7, temperature=1.5)
+    prompts = [c.prompt_ids for c in comps]
+    seen = []
+    score = sequence_logprobs
+
+    def spy(m, p, c, *args, **kwargs):
+        if m is reference:
+            seen.append(len(p))
+        return score(m, p, c, *args, **kwargs)
+
+    monkeypatch.setattr("glmflash.train.rl.sequence_logprobs", spy)
+    params = list(model.parameters())
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0], dtype=torch.float64)
+    stats = policy_update(
+        model, reference, rl_optimizer(params, cfg), params, prompts, comps, adv, cfg
+    )
+    at = expected or list(range(6))
+    assert seen == [len(at)]
+    bodies = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
+    with torch.no_grad():
+        figures = [
+            (score(model, [prompts[i]], [bodies[i]]), score(reference, [prompts[i]], [bodies[i]]))
+            for i in at
+        ]
+    kl_sum = sum(float(k3_kl(p.logp, r.logp, p.mask) * p.mask.sum()) for p, r in figures)
+    assert stats["kl"] == pytest.approx(
+        kl_sum / sum(int(p.mask.sum()) for p, _ in figures), rel=1e-9
+    )
+    assert stats["kl"] > 0
+
+
+def test_kl_rows_spread_evenly():
+    assert kl_rows(64, 16) == list(range(0, 64, 4))
+    assert kl_rows(6, 4) == [0, 1, 3, 4] and kl_rows(3, 16) == [0, 1, 2]
+    with pytest.raises(ValueError, match="KL rows"):
+        RLConfig(kl_rows=0)
 
 
 def test_negative_learning_rate_is_refused():
