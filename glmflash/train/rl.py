@@ -546,8 +546,9 @@ def policy_update(
     `lm_batch` (x, y) adds cfg.ptx times its next-token loss. A batch with no advantage is
     skipped whole (a group without reward spread still moves nothing). Returns the loss and
     gradient norm of the first update, the entropy and KL to `reference` (None without one)
-    on the scored tokens before it (the KL over cfg.kl_rows of the completions when kl = 0), and the mean clip fraction over the updates. One piece on
-    purpose: each epoch reads as PPO's update does (score, surrogate, KL penalty, ptx, step).
+    on the scored tokens before it (the KL over cfg.kl_rows of the completions when kl = 0),
+    and the mean clip fraction over the updates. One piece on purpose: each epoch reads as
+    PPO's update does (score, surrogate, KL penalty, ptx, step).
     """
     sel = (adv != 0).nonzero().flatten().tolist()
     if not sel:
