@@ -224,13 +224,18 @@ def sequence_logprobs(
     completions: list[list[int]],
     with_entropy: bool = False,
     chunks: int = SCORING_CHUNKS,
+    share_prompts: bool = True,
 ) -> Scored:
     """Per-token log pi of each completion given its prompt, right-padded to one [N, L] batch;
-    with `with_entropy`, also the policy's entropy at each scored position. The rows run through
-    the model in `chunks` forward passes of rows of similar length (sorted), each padded only
-    to its own longest: on the RL stage's batches one padded pass spends 37% of its tokens on
-    padding, four sorted ones 11% (results/profile/rl_padding.py). A causal model scores a row
-    the same in any batch."""
+    with `with_entropy`, also the policy's entropy at each scored position.
+
+    Where prompts repeat (RL scores G completions of each), each distinct prompt runs through
+    the model once and its state continues into all its completions (`_shared_prompt_passes`):
+    on the RL stage's batches the prompts are about half the tokens. Otherwise (and with
+    share_prompts=False) the rows run whole, in `chunks` forward passes of rows of similar
+    length (sorted), each padded only to its own longest: one padded pass spends 37% of its
+    tokens on padding there, four sorted ones 11% (results/profile/rl_padding.py). A causal
+    model scores a row the same either way, and in any batch."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
     T = max(len(s) for s in seqs)
     device = next(model.parameters()).device
@@ -239,25 +244,77 @@ def sequence_logprobs(
     for i, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
         ids[i, : len(s)] = torch.tensor(s)
         mask[i, len(p) : len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    size = -(-len(order) // max(1, chunks))
-    logps, entropies = [], []
-    for start in range(0, len(order), size):
-        part = order[start : start + size]
-        rows, L = torch.tensor(part, device=device), max(len(seqs[i]) for i in part)
-        logits = model(ids[rows, : L - 1]).logits
+    if share_prompts and len({tuple(p) for p in prompts}) < len(prompts):
+        passes = _shared_prompt_passes(model, prompts, completions, device)
+    else:
+        passes = _sorted_passes(model, seqs, chunks, device)
+    rows, logps, entropies = [], [], []
+    for part, start, logits in passes:  # logits [n, L, V] predict ids[part, start + 1 ..]
+        L = logits.shape[1]
         log_probs = torch.log_softmax(
             logits.to(torch.promote_types(logits.dtype, torch.float32)), -1
         )
-        logps.append(F.pad(log_probs.gather(-1, ids[rows, 1:L, None]).squeeze(-1), (0, T - L)))
+        target = ids[part, start + 1 : start + 1 + L, None]
+        logps.append(F.pad(log_probs.gather(-1, target).squeeze(-1), (start, T - 1 - start - L)))
         if with_entropy:
             with torch.no_grad():
                 entropy = -(log_probs.exp() * log_probs).sum(-1)
-                entropies.append(F.pad(entropy, (0, T - L)))
-    back = torch.tensor(order, device=device).argsort()  # sorted position of each row
+                entropies.append(F.pad(entropy, (start, T - 1 - start - L)))
+        rows += part.tolist()
+    back = torch.tensor(rows, device=device).argsort()  # where each row's scores landed
     logp = torch.cat(logps)[back] * mask
     entropy = torch.cat(entropies)[back] * mask if with_entropy else None
     return Scored(logp, mask, ids[:, 1:], entropy)
+
+
+Pass = tuple[Tensor, int, Tensor]  # rows, first predicting position, logits [rows, L, V]
+
+
+def _sorted_passes(
+    model: GLMFlash, seqs: list[list[int]], chunks: int, device: torch.device
+) -> list[Pass]:
+    """Whole rows, sorted by length, in `chunks` passes padded to each pass's longest."""
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    size = -(-len(order) // max(1, chunks))
+    passes = []
+    for begin in range(0, len(order), size):
+        part = order[begin : begin + size]
+        L = max(len(seqs[i]) for i in part)
+        x = torch.full((len(part), L - 1), tok.PAD, dtype=torch.long, device=device)
+        for r, i in enumerate(part):
+            x[r, : len(seqs[i]) - 1] = torch.tensor(seqs[i][:-1])
+        passes.append((torch.tensor(part, device=device), 0, model(x).logits))
+    return passes
+
+
+def _shared_prompt_passes(
+    model: GLMFlash,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    device: torch.device,
+) -> list[Pass]:
+    """Prompts of one length at a time: the distinct ones run once (BOS + prompt), their
+    states are repeated for their rows (`DecodeState.select`: its backward sums the rows'
+    gradients into the shared prefix) and continue through the rows' completions, right-padded.
+    The prompt's last logits predict the first completion token, the continuation the rest."""
+    from glmflash.generate import rows_by_length
+
+    passes = []
+    for members in rows_by_length(prompts).values():
+        P = len(prompts[members[0]])
+        batch = torch.tensor([[tok.BOS, *prompts[i]] for i in members], device=device)
+        unique, pick = torch.unique(batch, dim=0, return_inverse=True)
+        out = model.forward_embeddings(model.embedding(unique))
+        C = max(len(completions[i]) for i in members)
+        logits = out.logits[pick, -1:][:, :C]  # none when every completion is empty
+        if C > 1:
+            x = torch.full((len(members), C - 1), tok.PAD, dtype=torch.long, device=device)
+            for r, i in enumerate(members):
+                x[r, : max(0, len(completions[i]) - 1)] = torch.tensor(completions[i][:-1])
+            more = model.forward_embeddings(model.embedding(x), out.state.select(pick)).logits
+            logits = torch.cat((logits, more), 1)
+        passes.append((torch.tensor(members, device=device), P, logits))
+    return passes
 
 
 def reward_of(verdict, cfg: RLConfig) -> float:

@@ -112,6 +112,55 @@ def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
     assert all(torch.allclose(x, y, atol=1e-9) for x, y in zip(ga, gb, strict=True))
 
 
+@pytest.mark.parametrize(
+    "kind",
+    [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"}],
+    ids=["elu", "delta", "indexer"],
+)
+def test_shared_prompts_score_like_whole_rows(kind):
+    """Each distinct prompt run once and continued into its completions gives what the rows
+    run whole give: log-probabilities, mask, ids, entropy and parameter gradients (float64).
+    Prompts of two lengths, interleaved, one of them twice as a different prompt of the same
+    length; completions empty, of one token, and long enough to cross the sparse window."""
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", **kind)).double()
+    g = torch.Generator().manual_seed(1)
+    a, b, c = (torch.randint(4, 200, (n,), generator=g).tolist() for n in (5, 9, 9))
+    prompts = [a, b, a, c, b, a, c]
+    lengths = [3, 0, 1, 20, 6, 11, 2]
+    comps = [torch.randint(4, 200, (m,), generator=g).tolist() for m in lengths]
+    results, grads = [], []
+    for share in (False, True):
+        model.zero_grad()
+        scored = sequence_logprobs(model, prompts, comps, with_entropy=True, share_prompts=share)
+        (scored.logp.sum() * 0.5 + scored.logp.pow(2).sum()).backward()
+        results.append(scored)
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    (whole, shared), (gw, gs) = results, grads
+    assert torch.equal(whole.mask, shared.mask) and torch.equal(whole.ids, shared.ids)
+    assert torch.allclose(whole.logp, shared.logp, atol=1e-10)
+    assert torch.allclose(whole.entropy, shared.entropy, atol=1e-10)
+    assert all(torch.allclose(x, y, atol=1e-9) for x, y in zip(gw, gs, strict=True))
+
+
+def test_shared_prompts_run_each_prompt_once(monkeypatch):
+    """Seven rows of three distinct prompts of two lengths: one prompt pass per length (of its
+    distinct prompts: 2 and 1 rows), then one continuation per length (5 and 2 rows); no
+    whole-row pass."""
+    model = tiny_model().double()
+    calls = []
+    forward = GLMFlash.forward_embeddings
+
+    def spy(self, x, state=None):
+        calls.append((x.shape[0], state is not None))
+        return forward(self, x, state)
+
+    monkeypatch.setattr(GLMFlash, "forward_embeddings", spy)
+    a, b, c = [5, 6, 7], [8, 9, 10, 11], [12, 13, 14]
+    sequence_logprobs(model, [a, b, a, c, b, a, c], [[20, 21]] * 7)
+    assert sorted(calls) == [(1, False), (2, False), (2, True), (5, True)]
+
+
 def test_equal_rewards_give_zero_gradient():
     model = tiny_model()
     set_scope(model, "all")
