@@ -126,6 +126,8 @@ class MoE(nn.Module):
     def experts(self, x: Tensor, index: Tensor, gates: Tensor) -> Tensor:
         """sum_k gates[:, k] * E_{index[:, k]}(x), computed expert by expert on sorted rows."""
         N, k = index.shape
+        if N == 0:
+            return x.new_zeros(0, x.shape[1])
         expert = index.flatten()  # assignment a = n * k + slot
         order = expert.argsort(stable=True)
         token = order // k  # the token of each sorted assignment
@@ -133,7 +135,9 @@ class MoE(nn.Module):
         rows = x.index_select(0, token).split(counts)  # backward: index_add_, ~7x x[token]'s
         weights = zip(self.w1.unbind(0), self.w3.unbind(0), self.w2.unbind(0), strict=True)
         granule = ROW_GRANULE if compiled_per_shape(x) else 1
-        out = torch.cat([padded_swiglu(r, *w, granule) for r, w in zip(rows, weights, strict=True)])
+        out = torch.cat(
+            [padded_swiglu(r, *w, granule) for r, w in zip(rows, weights, strict=True) if len(r)]
+        )  # an expert without rows is skipped (decoding a few rows leaves most of them idle)
         out = out * gates.flatten()[order, None].to(out.dtype)
         return out.new_zeros(N, x.shape[1]).index_add_(0, token, out)
 

@@ -49,6 +49,12 @@ def test_dispatch_matches_per_token_loop(top_k, n_shared, shape):
     assert torch.isclose(stats.load.sum(), torch.tensor(1.0, dtype=stats.load.dtype))
 
 
+def test_no_tokens_give_an_empty_output():
+    moe = make_moe(top_k=2, n_shared=1)
+    y, _ = moe(torch.randn(0, 3, 16, dtype=torch.float64))
+    assert y.shape == (0, 3, 16)
+
+
 def test_several_shared_experts_are_summed():
     moe = make_moe(n_shared=2)
     x = torch.randn(2, 5, 16, dtype=torch.float64)
