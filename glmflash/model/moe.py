@@ -149,9 +149,10 @@ class MoE(nn.Module):
         if self.shared is not None:
             y = y + self.shared(flat)
         counts = torch.bincount(index.flatten(), minlength=self.n_experts)
-        load = counts.to(probs.dtype) / index.numel()
+        load = counts.to(probs.dtype) / max(1, index.numel())  # no tokens: no load
         if self.balance == "aux":
-            balance_loss = self.balance_coef * self.n_experts * (load * probs.mean(0)).sum()
+            mean_probs = probs.sum(0) / max(1, probs.shape[0])
+            balance_loss = self.balance_coef * self.n_experts * (load * mean_probs).sum()
         else:
             balance_loss = probs.new_zeros(())
         return y.view(x.shape), MoEStats(balance_loss, load)

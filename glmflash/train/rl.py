@@ -109,8 +109,9 @@ class RLConfig:
     kl: float = setting(0.0, "weight of the k3 KL penalty to the initial policy")
     kl_rows: int = setting(
         16,
-        "completions of a step the initial policy scores for the KL health figure when kl = 0: "
-        "an estimate of the step's KL at a fraction of a full forward pass (kl > 0 scores all)",
+        "completions (of those with nonzero advantage, the scored ones) the initial policy "
+        "scores for the KL health figure when kl = 0: an estimate of the step's KL at a "
+        "fraction of a full pass (kl > 0 scores all)",
     )
     ptx: float = setting(
         0.0,
@@ -215,7 +216,7 @@ class Scored(NamedTuple):
     entropy: Tensor | None = None
 
 
-SCORING_CHUNKS = 4  # rows scored in this many forward passes, sorted by length (less padding)
+SCORING_CHUNKS = 4  # rows without a shared prompt: this many passes, sorted by length
 
 
 def sequence_logprobs(
@@ -234,8 +235,9 @@ def sequence_logprobs(
     on the RL stage's batches the prompts are about half the tokens. Otherwise (and with
     share_prompts=False) the rows run whole, in `chunks` forward passes of rows of similar
     length (sorted), each padded only to its own longest: one padded pass spends 37% of its
-    tokens on padding there, four sorted ones 11% (results/profile/rl_padding.py). A causal
-    model scores a row the same either way, and in any batch."""
+    tokens on padding there, four sorted ones 11% (results/profile/rl_padding.py); `chunks`
+    applies to this path only. A causal model scores a row the same either way, and in any
+    batch."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
     T = max(len(s) for s in seqs)
     device = next(model.parameters()).device

@@ -51,8 +51,9 @@ def test_dispatch_matches_per_token_loop(top_k, n_shared, shape):
 
 def test_no_tokens_give_an_empty_output():
     moe = make_moe(top_k=2, n_shared=1)
-    y, _ = moe(torch.randn(0, 3, 16, dtype=torch.float64))
+    y, stats = moe(torch.randn(0, 3, 16, dtype=torch.float64))
     assert y.shape == (0, 3, 16)
+    assert float(stats.balance_loss.detach()) == 0.0 and not stats.load.any()  # no 0 / 0 NaN
 
 
 def test_several_shared_experts_are_summed():

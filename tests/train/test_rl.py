@@ -120,14 +120,15 @@ def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
 def test_shared_prompts_score_like_whole_rows(kind):
     """Each distinct prompt run once and continued into its completions gives what the rows
     run whole give: log-probabilities, mask, ids, entropy and parameter gradients (float64).
-    Prompts of two lengths, interleaved, one of them twice as a different prompt of the same
-    length; completions empty, of one token, and long enough to cross the sparse window."""
+    Prompts of four lengths, interleaved, one length held by two different prompts;
+    completions empty, of one token, and long enough to cross the sparse window; a prompt
+    whose completions are at most one token, and one whose are all empty."""
     torch.manual_seed(0)
     model = GLMFlash(model_config("tiny", **kind)).double()
     g = torch.Generator().manual_seed(1)
-    a, b, c = (torch.randint(4, 200, (n,), generator=g).tolist() for n in (5, 9, 9))
-    prompts = [a, b, a, c, b, a, c]
-    lengths = [3, 0, 1, 20, 6, 11, 2]
+    a, b, c, d, e = (torch.randint(4, 200, (n,), generator=g).tolist() for n in (5, 9, 9, 7, 3))
+    prompts = [a, b, a, c, b, a, c, d, e, d, e]  # d's completions: at most 1 token, e's none
+    lengths = [3, 0, 1, 20, 6, 11, 2, 1, 0, 0, 0]
     comps = [torch.randint(4, 200, (m,), generator=g).tolist() for m in lengths]
     results, grads = [], []
     for share in (False, True):
