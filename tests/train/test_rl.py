@@ -142,6 +142,9 @@ def test_shared_prompts_score_like_whole_rows(kind):
     assert torch.allclose(whole.logp, shared.logp, atol=1e-10)
     assert torch.allclose(whole.entropy, shared.entropy, atol=1e-10)
     assert all(torch.allclose(x, y, atol=1e-9) for x, y in zip(gw, gs, strict=True))
+    nothing = [sequence_logprobs(model, [e, e], [[], []], share_prompts=s) for s in (False, True)]
+    assert nothing[0].logp.shape == nothing[1].logp.shape == (2, len(e))  # no column to score
+    assert not nothing[1].mask.any()
 
 
 def test_shared_prompts_run_each_prompt_once(monkeypatch):
