@@ -89,19 +89,13 @@ def test_sequence_logprobs_match_one_at_a_time():
         assert int(mask[i].sum()) == len(c)
 
 
-@pytest.mark.parametrize("chunks", [2, 3, 7])
-def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
-    """Rows scored in chunks of similar length (less padding) give the one-batch result:
-    log-probabilities, mask, ids, entropy and the gradient of a loss on them."""
-    model = tiny_model().double()
-    g = torch.Generator().manual_seed(chunks)
-    sizes = [(3, 9), (12, 2), (5, 5), (1, 14), (8, 1), (2, 6), (10, 10)]  # unsorted lengths
-    prompts = [torch.randint(4, 200, (n,), generator=g).tolist() for n, _ in sizes]
-    comps = [torch.randint(4, 200, (m,), generator=g).tolist() for _, m in sizes]
+def assert_scored_alike(model, prompts, comps, first: dict, second: dict) -> None:
+    """sequence_logprobs called two ways gives the same log-probabilities, mask, ids, entropy
+    and parameter gradients of a loss on them (float64 models)."""
     results, grads = [], []
-    for n in (1, chunks):
+    for way in (first, second):
         model.zero_grad()
-        scored = sequence_logprobs(model, prompts, comps, with_entropy=True, chunks=n)
+        scored = sequence_logprobs(model, prompts, comps, with_entropy=True, **way)
         (scored.logp.sum() * 0.5 + scored.logp.pow(2).sum()).backward()
         results.append(scored)
         grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
@@ -112,6 +106,17 @@ def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
     assert all(torch.allclose(x, y, atol=1e-9) for x, y in zip(ga, gb, strict=True))
 
 
+@pytest.mark.parametrize("chunks", [2, 3, 7])
+def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
+    """Rows scored in chunks of similar length (less padding) give the one-batch result."""
+    model = tiny_model().double()
+    g = torch.Generator().manual_seed(chunks)
+    sizes = [(3, 9), (12, 2), (5, 5), (1, 14), (8, 1), (2, 6), (10, 10)]  # unsorted lengths
+    prompts = [torch.randint(4, 200, (n,), generator=g).tolist() for n, _ in sizes]
+    comps = [torch.randint(4, 200, (m,), generator=g).tolist() for _, m in sizes]
+    assert_scored_alike(model, prompts, comps, {"chunks": 1}, {"chunks": chunks})
+
+
 @pytest.mark.parametrize(
     "kind",
     [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"}],
@@ -119,7 +124,7 @@ def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
 )
 def test_shared_prompts_score_like_whole_rows(kind):
     """Each distinct prompt run once and continued into its completions gives what the rows
-    run whole give: log-probabilities, mask, ids, entropy and parameter gradients (float64).
+    run whole give.
     Prompts of four lengths, interleaved, one length held by two different prompts;
     completions empty, of one token, and long enough to cross the sparse window; a prompt
     whose completions are at most one token, and one whose are all empty."""
@@ -130,18 +135,7 @@ def test_shared_prompts_score_like_whole_rows(kind):
     prompts = [a, b, a, c, b, a, c, d, e, d, e]  # d's completions: at most 1 token, e's none
     lengths = [3, 0, 1, 20, 6, 11, 2, 1, 0, 0, 0]
     comps = [torch.randint(4, 200, (m,), generator=g).tolist() for m in lengths]
-    results, grads = [], []
-    for share in (False, True):
-        model.zero_grad()
-        scored = sequence_logprobs(model, prompts, comps, with_entropy=True, share_prompts=share)
-        (scored.logp.sum() * 0.5 + scored.logp.pow(2).sum()).backward()
-        results.append(scored)
-        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
-    (whole, shared), (gw, gs) = results, grads
-    assert torch.equal(whole.mask, shared.mask) and torch.equal(whole.ids, shared.ids)
-    assert torch.allclose(whole.logp, shared.logp, atol=1e-10)
-    assert torch.allclose(whole.entropy, shared.entropy, atol=1e-10)
-    assert all(torch.allclose(x, y, atol=1e-9) for x, y in zip(gw, gs, strict=True))
+    assert_scored_alike(model, prompts, comps, {"share_prompts": False}, {"share_prompts": True})
     nothing = [sequence_logprobs(model, [e, e], [[], []], share_prompts=s) for s in (False, True)]
     assert nothing[0].logp.shape == nothing[1].logp.shape == (2, len(e))  # no column to score
     assert not nothing[1].mask.any()
