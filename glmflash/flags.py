@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -108,6 +109,27 @@ def with_setting(config: Any, path: str, text: str, _above: str = "") -> Any:
         if choices and value not in choices:
             raise ValueError(f"{full} must be one of {', '.join(choices)}, got {value!r}")
     return dataclasses.replace(config, **{head: value})
+
+
+def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"rl": {"lr": 1e-4}} -> {"rl.lr": 1e-4}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def changed_settings(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The dotted names of the settings in which a recorded run (`saved`, as read back from
+    JSON) and the one asked for now differ, sorted; a setting only one of them has counts as
+    changed (a run recorded before it existed behaved as it did then, not as its default does
+    now). The one check behind every refused resume or rerun."""
+    old, new = flat(saved), flat(json.loads(json.dumps(now)))  # tuples as lists, as read back
+    missing = object()
+    return sorted(k for k in old.keys() | new.keys() if old.get(k, missing) != new.get(k, missing))
 
 
 def from_fields(cls: type, data: dict[str, Any], what: str, error: type = ValueError) -> Any:

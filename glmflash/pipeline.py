@@ -33,7 +33,7 @@ from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.errors import CLIError
 from glmflash.evaluate.config import EvalConfig, Sampling
-from glmflash.flags import with_setting
+from glmflash.flags import changed_settings, with_setting
 from glmflash.stages import (
     ConfirmEval,
     Draws,
@@ -120,17 +120,6 @@ class PipelinePlan:
         return dataclasses.asdict(self)
 
 
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"rl": {"lr": 1e-4}} -> {"rl.lr": 1e-4}."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
-
-
 class Pipeline:
     def __init__(self, out: str | Path, plan: PipelinePlan, device: str = "auto", log=None) -> None:
         self.out, self.plan, self.device = Path(out), plan, device
@@ -160,9 +149,7 @@ class Pipeline:
         path = self.out / PLAN_FILE
         plan = json.loads(json.dumps(self.plan.to_dict()))  # tuples as lists, as read back
         if path.is_file():
-            saved = flat(json.loads(path.read_text()))
-            differ = sorted(k for k, v in flat(plan).items() if saved.get(k, v) != v)
-            differ += sorted(k for k in saved.keys() - flat(plan).keys())
+            differ = changed_settings(json.loads(path.read_text()), plan)
             if differ:
                 raise ValueError(
                     f"{self.out} holds a run with another plan ({', '.join(differ)} differ): "

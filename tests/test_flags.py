@@ -14,7 +14,7 @@ from glmflash.cli import main
 from glmflash.config import PretrainConfig, model_config
 from glmflash.evaluate import coding
 from glmflash.evaluate.config import Sampling
-from glmflash.flags import add_config_flags, flag_name, given, setting
+from glmflash.flags import add_config_flags, changed_settings, flag_name, given, setting
 from glmflash.model.lm import GLMFlash
 from glmflash.train import pretrain, rl, vision
 from glmflash.train.checkpoint import save_model
@@ -174,3 +174,13 @@ def test_every_setting_reaches_the_run_record(tmp_path, command, cls, record):
     for name, value in values.items():
         got = tuple(saved[name]) if isinstance(value, tuple) else saved[name]
         assert got == value, name
+
+
+def test_changed_settings_against_a_record():
+    """Nested settings by dotted name, tuples equal to the lists JSON reads back, and a
+    setting that only one side has counts as changed."""
+    saved = {"rl": {"lr": 1e-4, "families": ["a", "b"], "old": 1}, "seed": 0}
+    now = {"rl": {"lr": 1e-4, "families": ("a", "b"), "new": 2}, "seed": 0}
+    assert changed_settings(saved, now) == ["rl.new", "rl.old"]
+    assert changed_settings(saved, saved) == []
+    assert changed_settings({"a": {"b": 1}}, {"a": {"b": 2}, "c": 3}) == ["a.b", "c"]

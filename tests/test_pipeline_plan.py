@@ -13,7 +13,8 @@ from glmflash import pipeline
 from glmflash.cli import main
 from glmflash.config import PretrainConfig
 from glmflash.evaluate.config import EvalConfig, Sampling
-from glmflash.pipeline import Pipeline, PipelinePlan, flat, plan_from_args
+from glmflash.flags import flat
+from glmflash.pipeline import Pipeline, PipelinePlan, plan_from_args
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
 

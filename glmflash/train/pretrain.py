@@ -27,7 +27,7 @@ from torch.profiler import record_function
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
-from glmflash.flags import add_config_flags, given
+from glmflash.flags import add_config_flags, changed_settings, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash, ModelOutput
 from glmflash.plots import pyplot, save
@@ -253,10 +253,7 @@ def prepare_run(
         if not run_file.is_file():
             raise TrainError(f"nothing to resume in {out}: {run_file} not found")
         saved = json.loads(run_file.read_text())
-        diff = [k for k in record["pretrain"] if saved["pretrain"].get(k) != record["pretrain"][k]]
-        diff += [
-            f"model.{k}" for k in record["model"] if saved["model"].get(k) != record["model"][k]
-        ]
+        diff = changed_settings({k: saved.get(k, {}) for k in record}, record)
         if diff:
             raise TrainError(
                 f"--resume with settings that differ from the run in {out}: {', '.join(diff)}"

@@ -44,7 +44,7 @@ from glmflash.device import resolve_device
 from glmflash.errors import CLIError
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.evaluate.config import MAX_NEW_TOKENS, Sampling
-from glmflash.flags import add_config_flags, given, setting
+from glmflash.flags import add_config_flags, changed_settings, given, setting
 from glmflash.generate import Completion, generate
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
@@ -368,9 +368,13 @@ def train_rl(
     if resume:
         if not run_file.is_file():
             raise TrainError(f"nothing to resume in {out}: {run_file} not found")
-        saved = json.loads(run_file.read_text())
-        if saved["rl"] != json.loads(json.dumps(record["rl"])):
-            raise TrainError(f"--resume with settings that differ from the run in {out}")
+        diff = changed_settings(
+            {"rl": json.loads(run_file.read_text())["rl"]}, {"rl": record["rl"]}
+        )
+        if diff:
+            raise TrainError(
+                f"--resume with settings that differ from the run in {out}: {', '.join(diff)}"
+            )
     elif run_file.exists():
         raise TrainError(f"{out} already holds a run; use --resume or another --out")
     else:

@@ -18,7 +18,7 @@ from glmflash.config import PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
 from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.distributed import DistInfo
-from glmflash.train.pretrain import pretrain, training_stream
+from glmflash.train.pretrain import prepare_run, pretrain, training_stream
 from glmflash.train.runlog import TrainError
 from glmflash.train.schedule import lr_at
 
@@ -101,6 +101,23 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     with pytest.raises(TrainError, match="already holds a run"):
         pretrain(PretrainConfig(**FAST), tmp_path / "r2", device="cpu")
         pretrain(PretrainConfig(**FAST), tmp_path / "r2", device="cpu")
+
+
+def test_resume_names_every_changed_setting(tmp_path):
+    """A resume under other settings is refused with each changed one named: a training
+    setting, a model option, and a setting the recorded run predates."""
+    cfg = PretrainConfig(**FAST)
+    prepare_run(cfg, tmp_path, False, {}, DistInfo())
+    other = PretrainConfig(**{**FAST, "lr": cfg.lr * 2})
+    with pytest.raises(
+        TrainError, match=r"differ from the run in .*: model\.d_model, pretrain\.lr$"
+    ):
+        prepare_run(other, tmp_path, True, {"d_model": 48}, DistInfo())
+    record = json.loads((tmp_path / "run.json").read_text())
+    del record["pretrain"]["warmup"]  # written before the setting existed
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    with pytest.raises(TrainError, match=r"differ from the run in .*: pretrain\.warmup$"):
+        prepare_run(cfg, tmp_path, True, {}, DistInfo())
 
 
 def test_corrupt_checkpoint_on_resume(tmp_path, capsys):

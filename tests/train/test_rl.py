@@ -337,7 +337,7 @@ def test_bad_input(tmp_path, capsys):
         assert text in capsys.readouterr().err
 
 
-def test_rl_command_end_to_end_and_resume(tmp_path):
+def test_rl_command_end_to_end_and_resume(tmp_path, capsys):
     save_model(tmp_path / "ck", tiny_model())
     args = [
         "rl",
@@ -387,6 +387,17 @@ def test_rl_command_end_to_end_and_resume(tmp_path):
     assert all(health <= set(json.loads(line)) for line in metrics.splitlines())
     assert main([*args, "--resume"]) == 0  # finished: resumes at the end, changes nothing
     assert (tmp_path / "o" / "metrics.jsonl").read_text() == metrics
+    assert main([*args, "--lr", "0.5", "--resume"]) == 2
+    assert "settings that differ from the run in" in capsys.readouterr().err
+    run = json.loads((tmp_path / "o" / "run.json").read_text())
+    del run["rl"]["kl_rows"]  # a run recorded before the setting existed
+    (tmp_path / "o" / "run.json").write_text(json.dumps(run))
+    assert main([*args, "--resume"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.rstrip()
+        .endswith("differ from the run in " + str(tmp_path / "o") + ": rl.kl_rows")
+    )
 
 
 def test_health_metrics_of_a_step(tmp_path, monkeypatch):
