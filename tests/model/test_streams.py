@@ -14,6 +14,7 @@ from glmflash.model.streams import (
     make_stream_mixer,
     merge_streams,
     mix_write,
+    normed_projection,
     sinkhorn,
     weighted_read,
 )
@@ -242,6 +243,8 @@ def test_mix_write_and_read_match_einsum_and_gradcheck(lead, shared):
     expect = torch.einsum("...st,...tc->...sc", mix.expand(*lead, S, S), h)
     expect = expect + post.expand(*lead, S)[..., None] * y[..., None, :]
     assert torch.allclose(mix_write(h, y, mix, post), expect, atol=1e-12)
+    with torch.no_grad():  # decoding's path, without the autograd Function
+        assert torch.allclose(mix_write(h, y, mix, post), expect, atol=1e-12)
     w = pre.expand(*lead, S)
     read = torch.einsum("...s,...sc->...c", w, h) / w.sum(-1, keepdim=True)
     assert torch.allclose(weighted_read(h, pre), read, atol=1e-12)
@@ -256,6 +259,8 @@ def test_normed_projection_matches_rmsnorm_then_linear_and_gradcheck(n, d, k):
     w = torch.randn(k, d, dtype=torch.float64, requires_grad=True)
     expect = F.linear(v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6), w)
     assert torch.allclose(NormedProjection.apply(v, w, 1e-6), expect, atol=1e-12)
+    with torch.no_grad():  # decoding's path, without the autograd Function
+        assert torch.allclose(normed_projection(v, w, 1e-6), expect, atol=1e-12)
     assert torch.autograd.gradcheck(lambda v, w: NormedProjection.apply(v, w, 1e-6), (v, w))
 
 
