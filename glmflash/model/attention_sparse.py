@@ -52,6 +52,7 @@ class KVCache(NamedTuple):
 
 
 @functools.lru_cache(maxsize=512)
+@torch.inference_mode(False)  # a mask cached while decoding serves training too
 def fixed_sparse_mask(
     T: int, L: int, offset: int, window: int, stride: int, device: torch.device | str = "cpu"
 ) -> Tensor:

@@ -21,6 +21,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._build(max_len)
 
+    @torch.inference_mode(False)  # tables built while decoding serve training too
     def _build(self, length: int) -> None:
         positions = torch.arange(length, dtype=torch.float64, device=self.inv_freq.device)
         angles = torch.outer(positions, self.inv_freq)

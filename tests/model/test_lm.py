@@ -291,3 +291,36 @@ def test_merged_states_decode_each_row_as_alone(overrides, lengths):
         for b in range(len(lengths)):
             alone, states[b] = model.step(feed[b : b + 1, t : t + 1], states[b])
             assert torch.allclose(logits[b], alone[0], atol=1e-5), (t, b)
+
+
+@pytest.mark.parametrize("name", ["default", "indexer"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_training_after_decoding_uses_what_decoding_cached(name, dtype):
+    """`step` runs in inference mode. The sparse masks it caches and the RoPE tables it
+    extends past the context are shared with training, which saves them for backward: they
+    must be ordinary tensors (an inference tensor there is a RuntimeError)."""
+    from glmflash.model.attention_sparse import fixed_sparse_mask
+
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", **VARIANTS[name])).to(dtype)  # float64: SDPA's math
+    fixed_sparse_mask.cache_clear()
+    rope = model.layers[0].attn.rope
+    tokens = torch.randint(4, 200, (2, 12))
+    longer = 2 * rope.cos.shape[0]
+    with torch.no_grad():  # positions past the table: step rebuilds it
+        model.step(tokens[:, :1], _at(model.step(tokens)[1], longer))
+    assert rope.cos.shape[0] > longer and not rope.cos.is_inference()
+    cfg, hits = model.cfg, fixed_sparse_mask.cache_info().hits
+    window = cfg.sparse_window if name == "default" else 12  # the indexer's causal mask
+    stride = cfg.sparse_stride if name == "default" else 12
+    assert not fixed_sparse_mask(12, 12, 0, window, stride, tokens.device).is_inference()
+    assert fixed_sparse_mask.cache_info().hits == hits + 1  # the mask the prefill cached
+    model.train()
+    model(tokens, tokens).loss.backward()  # the prefill's mask shapes again, now with grad
+    assert model.embedding.weight.grad is not None
+
+
+def _at(state, position: int):
+    """The state as if `position` tokens had been consumed (RoPE looks only at positions)."""
+    state.position = position
+    return state
