@@ -13,7 +13,7 @@ the cached path is tested against, and the benchmark's baseline.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,9 +86,7 @@ def prefill(model: GLMFlash, prompts: list[list[int]]) -> tuple[Tensor, Any]:
     states merged, each row keeping its own position (`merge_states`)."""
     device = next(model.parameters()).device
     rows, logits, states = [], [], []
-    for members in rows_by_length(prompts).values():
-        batch = torch.tensor([prompts[i] for i in members], device=device)
-        unique, inverse = torch.unique(batch, dim=0, return_inverse=True)  # rows sorted
+    for members, unique, inverse in distinct_prompts(prompts, device):
         last, state = model.step(unique)
         last = last[:, -1]
         if not torch.equal(inverse, torch.arange(len(members), device=device)):
@@ -100,6 +98,18 @@ def prefill(model: GLMFlash, prompts: list[list[int]]) -> tuple[Tensor, Any]:
         return logits[0], states[0]
     order = torch.tensor(rows, device=device).argsort()  # row i of the prompts at order[i]
     return torch.cat(logits)[order], merge_states(states).select(order)
+
+
+def distinct_prompts(
+    prompts: list[list[int]], device: torch.device
+) -> Iterator[tuple[list[int], Tensor, Tensor]]:
+    """For each prompt length: the indices of its prompts, the distinct ones as a batch
+    [U, length] (sorted), and each prompt's row in that batch [len(indices)]: what runs once
+    for all the samples of a prompt, in `prefill` and in RL's scoring."""
+    for members in rows_by_length(prompts).values():
+        batch = torch.tensor([prompts[i] for i in members], device=device)
+        unique, inverse = torch.unique(batch, dim=0, return_inverse=True)
+        yield members, unique, inverse
 
 
 def rows_by_length(seqs: Sequence[Sequence[int]]) -> dict[int, list[int]]:

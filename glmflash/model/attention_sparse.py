@@ -62,6 +62,12 @@ def fixed_sparse_mask(
     """
     i = torch.arange(offset, offset + T, device=device)[:, None]
     j = torch.arange(offset + T - L, offset + T, device=device)[None, :]
+    return _visible(i, j, window, stride)
+
+
+def _visible(i: Tensor, j: Tensor, window: int, stride: int) -> Tensor:
+    """Whether query position i sees key position j (broadcast): causal, and in the window or
+    an anchor."""
     return (j <= i) & ((i - j < window) | (j % stride == 0))
 
 
@@ -71,7 +77,7 @@ def ragged_sparse_mask(offset: Tensor, T: int, L: int, window: int, stride: int)
     offset[b] + T - L + j, and a negative position is padding, never attended."""
     i = offset[:, None, None] + torch.arange(T, device=offset.device)[:, None]  # [B, T, 1]
     j = offset[:, None, None] + T - L + torch.arange(L, device=offset.device)  # [B, 1, L]
-    return (j >= 0) & (j <= i) & ((i - j < window) | (j % stride == 0))
+    return (j >= 0) & _visible(i, j, window, stride)
 
 
 class LightningIndexer(nn.Module):

@@ -36,8 +36,7 @@ class RotaryEmbedding(nn.Module):
         ragged = isinstance(offset, Tensor)
         end = int(offset.max()) + T if ragged else offset + T
         if end > self.cos.shape[0]:
-            self._build(2 * end)
-            self.cos, self.sin = self.cos.to(x.device), self.sin.to(x.device)
+            self._build(2 * end)  # on inv_freq's device: the module's
         if ragged:
             at = offset[:, None] + torch.arange(T, device=offset.device)  # [B, T]
             shape = (x.shape[0], *[1] * (x.dim() - 3), T, self.dim // 2)

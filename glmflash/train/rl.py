@@ -45,7 +45,7 @@ from glmflash.errors import CLIError
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.evaluate.config import MAX_NEW_TOKENS, Sampling
 from glmflash.flags import add_config_flags, changed_settings, given, setting
-from glmflash.generate import Completion, generate
+from glmflash.generate import Completion, distinct_prompts, generate, right_padded
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
@@ -239,12 +239,11 @@ def sequence_logprobs(
     applies to this path only. A causal model scores a row the same either way, and in any
     batch."""
     seqs = [[tok.BOS, *p, *c] for p, c in zip(prompts, completions, strict=True)]
-    T = max(len(s) for s in seqs)
     device = next(model.parameters()).device
-    ids = torch.full((len(seqs), T), tok.PAD, dtype=torch.long, device=device)
+    ids, _ = right_padded(seqs, device)
+    T = ids.shape[1]
     mask = torch.zeros(len(seqs), T - 1, dtype=torch.bool, device=device)
     for i, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
-        ids[i, : len(s)] = torch.tensor(s)
         mask[i, len(p) : len(s) - 1] = True  # targets at positions 1 + len(p) .. len(s) - 1
     if share_prompts and len({tuple(p) for p in prompts}) < len(prompts):
         passes = _shared_prompt_passes(model, prompts, completions, device)
@@ -281,10 +280,7 @@ def _sorted_passes(
     passes = []
     for begin in range(0, len(order), size):
         part = order[begin : begin + size]
-        L = max(len(seqs[i]) for i in part)
-        x = torch.full((len(part), L - 1), tok.PAD, dtype=torch.long, device=device)
-        for r, i in enumerate(part):
-            x[r, : len(seqs[i]) - 1] = torch.tensor(seqs[i][:-1])
+        x, _ = right_padded([seqs[i][:-1] for i in part], device)
         passes.append((torch.tensor(part, device=device), 0, model(x).logits))
     return passes
 
@@ -299,20 +295,14 @@ def _shared_prompt_passes(
     states are repeated for their rows (`DecodeState.select`: its backward sums the rows'
     gradients into the shared prefix) and continue through the rows' completions, right-padded.
     The prompt's last logits predict the first completion token, the continuation the rest."""
-    from glmflash.generate import rows_by_length
-
     passes = []
-    for members in rows_by_length(prompts).values():
+    for members, unique, pick in distinct_prompts([[tok.BOS, *p] for p in prompts], device):
         P = len(prompts[members[0]])
-        batch = torch.tensor([[tok.BOS, *prompts[i]] for i in members], device=device)
-        unique, pick = torch.unique(batch, dim=0, return_inverse=True)
         out = model.forward_embeddings(model.embedding(unique))
         C = max(len(completions[i]) for i in members)
         logits = out.logits[pick, -1:][:, :C]  # none when every completion is empty
         if C > 1:
-            x = torch.full((len(members), C - 1), tok.PAD, dtype=torch.long, device=device)
-            for r, i in enumerate(members):
-                x[r, : max(0, len(completions[i]) - 1)] = torch.tensor(completions[i][:-1])
+            x, _ = right_padded([completions[i][:-1] for i in members], device)
             more = model.forward_embeddings(model.embedding(x), out.state.select(pick)).logits
             logits = torch.cat((logits, more), 1)
         passes.append((torch.tensor(members, device=device), P, logits))
