@@ -116,8 +116,8 @@ def mix_write(h: Tensor, y: Tensor, mix: Tensor, post: Tensor) -> Tensor:
     (M [..., S, S], h_post [..., S]) or shared by all (M [S, S], h_post [S]); in the streams'
     precision, never bf16 under autocast. Where no gradient is recorded (decoding) the
     forward runs without the autograd Function: its call costs more than the few ops it wraps
-    on a decoding step's handful of rows (this and `normed_projection`: 1.0 ms of a 16.5 ms
-    step at one row, 0.7 ms of 27.5 at 16, alternating runs in one process)."""
+    on a decoding step's handful of rows (this and `normed_projection`: 0.8 ms of a 16.4 ms
+    step at one row, 1.3 ms of 28.9 at 16; results/profile/decode_step.py)."""
     S, C = h.shape[-2:]
     with torch.autocast(h.device.type, enabled=False):
         mix = mix.to(h.dtype).expand(*h.shape[:-2], S, S).reshape(-1, S, S).contiguous()
