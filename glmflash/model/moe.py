@@ -132,7 +132,7 @@ class MoE(nn.Module):
         order = expert.argsort(stable=True)
         token = order // k  # the token of each sorted assignment
         counts = torch.bincount(expert, minlength=self.n_experts).tolist()
-        rows = x.index_select(0, token).split(counts)  # backward: index_add_, ~7x x[token]'s
+        rows = x.index_select(0, token).split(counts)  # backward: index_add_, not index_put_
         weights = zip(self.w1.unbind(0), self.w3.unbind(0), self.w2.unbind(0), strict=True)
         granule = ROW_GRANULE if compiled_per_shape(x) else 1
         out = torch.cat(
