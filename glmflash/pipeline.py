@@ -34,6 +34,7 @@ from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.errors import CLIError
 from glmflash.evaluate.config import EvalConfig, Sampling
 from glmflash.flags import changed_settings, with_setting
+from glmflash.processes import in_fresh_process
 from glmflash.stages import (
     ConfirmEval,
     Draws,
@@ -121,14 +122,29 @@ class PipelinePlan:
 
 
 class Pipeline:
-    def __init__(self, out: str | Path, plan: PipelinePlan, device: str = "auto", log=None) -> None:
+    """Runs the plan's stages into `out`. With `fresh_processes` (the default) each stage runs
+    in a new Python process: a process that has trained in bf16 runs fp32 work afterwards
+    about 10-20% slower (the vision stage took 223 s after pretraining in the same process,
+    results/pipeline_one_process; the cause, below PyTorch, is not pinned down), and a stage's
+    memory goes back to the system when it ends. Off, everything runs here (for a debugger or
+    a profiler, and for tests that patch the stages)."""
+
+    def __init__(
+        self,
+        out: str | Path,
+        plan: PipelinePlan,
+        device: str = "auto",
+        log: Callable[[str], None] | None = None,
+        fresh_processes: bool = True,
+    ) -> None:
         self.out, self.plan, self.device = Path(out), plan, device
         self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+        self.fresh_processes = fresh_processes
 
     # -- stage bookkeeping ---------------------------------------------------------------------
-    def stage(self, name: str, cls: type[Stage], fn: Callable[[Path], Stage]) -> Stage:
-        """Run stage `name` unless it already finished; its typed result is kept in
-        stage.json."""
+    def stage(self, name: str, cls: type[Stage], work: str, *args: str) -> Stage:
+        """Run stage `name` unless it already finished: the method `work`, called as
+        work(folder, *args); its typed result is kept in stage.json."""
         folder = self.out / name
         done = folder / STAGE_FILE
         if done.is_file():
@@ -137,7 +153,11 @@ class Pipeline:
         self.log(f"pipeline: {name} ...")
         folder.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        result = fn(folder)
+        if self.fresh_processes:
+            job = (self.out, self.plan, self.device, work, folder, args)
+            result = in_fresh_process(_stage_work, *job)
+        else:
+            result = getattr(self, work)(folder, *args)
         result.wall_seconds = time.perf_counter() - t0
         save_stage(done, result)
         return result
@@ -162,29 +182,13 @@ class Pipeline:
 
     # -- the stages ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        from glmflash.train.pretrain import pretrain
-        from glmflash.train.rl import train_rl
-
-        p = self.plan
         self.record_plan()
-
-        def do_pretrain(folder: Path) -> TrainStage:
-            run_dir = folder / "run"
-            summary = pretrain(p.pretrain, run_dir, self.device, resume=resumable(run_dir))
-            return TrainStage(summary, str(select_by_dev_loss(run_dir)))
-
-        pre = self.stage("pretrain", TrainStage, do_pretrain)
+        pre = self.stage("pretrain", TrainStage, "pretrain_stage")
         base = pre.selected
-        before = self.stage("before", ConfirmEval, lambda f: self.confirm_eval(base, f))
-
-        def do_rl(folder: Path) -> TrainStage:
-            run_dir = folder / "run"
-            summary = train_rl(base, run_dir, p.rl, self.device, resume=resumable(run_dir))
-            return TrainStage(summary, str(run_dir / "best"))
-
-        rl = self.stage("rl", TrainStage, do_rl)
-        after = self.stage("after", ConfirmEval, lambda f: self.confirm_eval(rl.selected, f))
-        vision = self.stage("vision", VisionStage, lambda f: self.vision(base, f))
+        before = self.stage("before", ConfirmEval, "confirm_eval", base)
+        rl = self.stage("rl", TrainStage, "rl_stage", base)
+        after = self.stage("after", ConfirmEval, "confirm_eval", rl.selected)
+        vision = self.stage("vision", VisionStage, "vision", base)
         results = self.results(pre, before, rl, after, vision)
         (self.out / "results.json").write_text(json.dumps(results, indent=2))
         from glmflash.report import write_pipeline_report
@@ -192,7 +196,23 @@ class Pipeline:
         write_pipeline_report(self.out, results, before, after)
         return results
 
-    def confirm_eval(self, checkpoint: str, folder: Path) -> ConfirmEval:
+    def pretrain_stage(self, folder: Path) -> TrainStage:
+        """Pretraining from random weights; the kept checkpoint with the lowest dev loss."""
+        from glmflash.train.pretrain import pretrain
+
+        run_dir = folder / "run"
+        summary = pretrain(self.plan.pretrain, run_dir, self.device, resume=resumable(run_dir))
+        return TrainStage(summary, str(select_by_dev_loss(run_dir)))
+
+    def rl_stage(self, folder: Path, base: str) -> TrainStage:
+        """RL from the pretrained checkpoint `base`; the checkpoint best on dev."""
+        from glmflash.train.rl import train_rl
+
+        run_dir = folder / "run"
+        summary = train_rl(base, run_dir, self.plan.rl, self.device, resume=resumable(run_dir))
+        return TrainStage(summary, str(run_dir / "best"))
+
+    def confirm_eval(self, folder: Path, checkpoint: str) -> ConfirmEval:
         """Greedy pass@1 per ladder rung and on the trained families, sampled pass@k on all
         families."""
         from glmflash.device import resolve_device
@@ -224,7 +244,7 @@ class Pipeline:
             examples=greedy.records[:: max(1, e.per_family)],
         )
 
-    def vision(self, base: str, folder: Path) -> VisionStage:
+    def vision(self, folder: Path, base: str) -> VisionStage:
         from glmflash.train.vision import train_vision
 
         run_dir = folder / "run"
@@ -299,6 +319,13 @@ class Pipeline:
         }
 
 
+def _stage_work(
+    out: Path, plan: PipelinePlan, device: str, work: str, folder: Path, args: tuple[str, ...]
+) -> Stage:
+    """A stage's work in a fresh process (`Pipeline.stage`)."""
+    return getattr(Pipeline(out, plan, device, fresh_processes=False), work)(folder, *args)
+
+
 def resumable(run_dir: Path) -> bool:
     """Whether a stage's training run resumes: only from a checkpoint. A run killed before its
     first one is removed and starts afresh (pretraining refuses to resume without a checkpoint,
@@ -339,6 +366,12 @@ def add_arguments(p) -> None:
         help="the same stages on the tiny preset, with minimal budgets (about a minute)",
     )
     p.add_argument(
+        "--one-process",
+        action="store_true",
+        help="run every stage in this process, not each in a fresh one (for a debugger or a "
+        "profiler; the later stages then run slower)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -369,7 +402,7 @@ def run(args) -> int:
 
     try:
         plan = plan_from_args(args)
-        results = Pipeline(args.out, plan, args.device).run()
+        results = Pipeline(args.out, plan, args.device, fresh_processes=not args.one_process).run()
     except (TrainError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     print(

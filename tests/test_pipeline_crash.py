@@ -218,11 +218,11 @@ def test_pretraining_killed_before_its_first_checkpoint_starts_afresh(tmp_path, 
     with monkeypatch.context() as m:
         m.setattr("glmflash.train.pretrain.save_training_state", killed)
         with pytest.raises(Killed):
-            Pipeline(out, plan, "cpu", log=lambda _: None).run()
+            Pipeline(out, plan, "cpu", log=lambda _: None, fresh_processes=False).run()
     assert (out / "pretrain/run/run.json").is_file()
     monkeypatch.setattr(Pipeline, "confirm_eval", killed)  # stop once pretraining is done
     with pytest.raises(Killed):
-        Pipeline(out, plan, "cpu", log=lambda _: None).run()
+        Pipeline(out, plan, "cpu", log=lambda _: None, fresh_processes=False).run()
     assert json.loads((out / "pretrain/stage.json").read_text())["summary"]["start_step"] == 0
 
 

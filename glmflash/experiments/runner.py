@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from glmflash.experiments.registry import Experiment, RunFn
+from glmflash.processes import die_with_parent
 from glmflash.train.progress import Progress
 
 DEFINITION = "experiment.json"
@@ -152,8 +153,10 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
-def _worker_init() -> None:
-    """Worker initializer: one thread for the native libraries that are imported later too."""
+def _worker_init(parent: int) -> None:
+    """Worker initializer: one thread for the native libraries that are imported later too;
+    the worker dies with its parent (no orphan writing into the experiment's folder)."""
+    die_with_parent(parent)
     os.environ.update(ONE_THREAD)
     _one_thread()
 
@@ -310,7 +313,9 @@ def _run_in_processes(
     """The runs in `workers` spawned processes; the jobs of a pool that broke (a worker killed)
     go to `lost`."""
     context = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init) as pool:
+    with cf.ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
+    ) as pool:
         futures = {
             pool.submit(execute, experiment.run, experiment.name, experiment.metric, job): job
             for job in jobs
