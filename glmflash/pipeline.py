@@ -124,10 +124,10 @@ class PipelinePlan:
 class Pipeline:
     """Runs the plan's stages into `out`. With `fresh_processes` (the default) each stage runs
     in a new Python process: a process that has trained in bf16 runs fp32 work afterwards
-    about 10-20% slower (the vision stage took 223 s after pretraining in the same process,
-    results/pipeline_one_process; the cause, below PyTorch, is not pinned down), and a stage's
-    memory goes back to the system when it ends. Off, everything runs here (for a debugger or
-    a profiler, and for tests that patch the stages)."""
+    more slowly (1.14x for a vision run, results/profile/after_bf16.py; the cause, below
+    PyTorch, is not pinned down; the whole pipeline 837 s against 918 s in one process), and a
+    stage's memory goes back to the system when it ends. Off, every stage runs in this process
+    (for a debugger or a profiler, and for tests that patch the stages)."""
 
     def __init__(
         self,

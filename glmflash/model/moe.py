@@ -123,16 +123,16 @@ class MoE(nn.Module):
         gates = probs.gather(-1, index)
         return index, gates / gates.sum(-1, keepdim=True), probs
 
-    def experts(self, x: Tensor, index: Tensor, gates: Tensor) -> Tensor:
-        """sum_k gates[:, k] * E_{index[:, k]}(x), computed expert by expert on sorted rows."""
+    def experts(self, x: Tensor, index: Tensor, gates: Tensor, counts: Tensor) -> Tensor:
+        """sum_k gates[:, k] * E_{index[:, k]}(x), computed expert by expert on sorted rows;
+        counts [E]: the number of assignments to each expert."""
         N, k = index.shape
         if N == 0:
             return x.new_zeros(0, x.shape[1])
         expert = index.flatten()  # assignment a = n * k + slot
         order = expert.argsort(stable=True)
         token = order // k  # the token of each sorted assignment
-        counts = torch.bincount(expert, minlength=self.n_experts).tolist()
-        rows = x.index_select(0, token).split(counts)  # backward: index_add_, not index_put_
+        rows = x.index_select(0, token).split(counts.tolist())  # backward: index_add_
         weights = zip(self.w1.unbind(0), self.w3.unbind(0), self.w2.unbind(0), strict=True)
         granule = ROW_GRANULE if compiled_per_shape(x) else 1
         out = torch.cat(
@@ -145,10 +145,10 @@ class MoE(nn.Module):
         """x [B, T, C] (normalised) -> y [B, T, C] and the balance statistics."""
         flat = x.reshape(-1, x.shape[-1])
         index, gates, probs = self.route(flat)
-        y = self.experts(flat, index, gates)
+        counts = torch.bincount(index.flatten(), minlength=self.n_experts)
+        y = self.experts(flat, index, gates, counts)
         if self.shared is not None:
             y = y + self.shared(flat)
-        counts = torch.bincount(index.flatten(), minlength=self.n_experts)
         load = counts.to(probs.dtype) / max(1, index.numel())  # no tokens: no load
         if self.balance == "aux":
             mean_probs = probs.sum(0) / max(1, probs.shape[0])
