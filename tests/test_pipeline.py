@@ -46,6 +46,19 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     again = json.loads((out / "results.json").read_text())  # from the stage records read back
     for key in ("ladder", "rl", "vision", "pretrain", "wall_seconds", "plan"):
         assert again[key] == results[key], key
+    # every stage in this process (the default gives each its own) comes out the same
+    one = tmp_path / "one"
+    argv = ["pipeline", "--quick", "--out", str(one), "--device", "cpu", "--one-process"]
+    assert main(argv) == 0
+    alone = json.loads((one / "results.json").read_text())
+    assert alone["ladder"] == results["ladder"] and alone["vision"] == results["vision"]
+    assert alone["pretrain"]["dev_loss"] == results["pretrain"]["dev_loss"]
+    rollouts = "rl/run/rollouts.jsonl"  # the tasks drawn, completions and rewards
+    assert (one / rollouts).read_text() == (out / rollouts).read_text()
+    speed = "rollouts_per_s"  # a timing
+    assert {k: v for k, v in alone["rl"].items() if k != speed} == {
+        k: v for k, v in rl.items() if k != speed
+    }
 
 
 def test_checkpoint_selection_takes_the_lowest_dev_loss_and_the_later_on_a_tie(tmp_path):
