@@ -218,6 +218,7 @@ class Pipeline:
         from glmflash.device import resolve_device
         from glmflash.evaluate.coding import evaluate_tasks
         from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, rung_table
+        from glmflash.generate import check_against_full_recompute
         from glmflash.train.checkpoint import load_model
 
         p, e = self.plan, self.plan.evaluation
@@ -229,6 +230,10 @@ class Pipeline:
         todo = tasks("confirm", FAMILIES, per_family=e.per_family, seed=seed)
         trained = [t for t in todo if t.family in TRAINED]
         greedy = evaluate_tasks(model, trained, greedy_draw)
+        decoding = None
+        if e.decoding_check:
+            prompts = [t.prompt for t in trained[: e.decoding_check]]
+            decoding = check_against_full_recompute(model, prompts, e.sampling.max_new_tokens)
         sampled = evaluate_tasks(model, todo, replace(e.sampling, seed=seed))
         for name, res in (("greedy", greedy), ("sampled", sampled)):
             (folder / f"{name}.json").write_text(json.dumps(res.to_json(), indent=2))
@@ -242,6 +247,7 @@ class Pipeline:
             per_family_samples=sampled.passing_samples(),
             sampling=Draws(sampled.k, sampled.temperature, sampled.n_samples),
             examples=greedy.records[:: max(1, e.per_family)],
+            decoding=decoding,
         )
 
     def vision(self, folder: Path, base: str) -> VisionStage:
@@ -312,6 +318,7 @@ class Pipeline:
                     for k in ("trainable_parameters", "rollouts_per_s", "best_dev")
                 },
             },
+            "decoding": side_by_side(lambda s: s.decoding),
             "vision": {
                 "heldout_correct": vision.heldout_correct,
                 "train_correct": vision.train_correct,

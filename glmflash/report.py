@@ -169,6 +169,24 @@ def time_section(results: dict[str, Any]) -> list[str]:
         f"RL trained {rl['trainable_parameters']:,} parameters at "
         f"{rl['rollouts_per_s']:.1f} rollouts/s.",
         "",
+        *decoding_lines(results.get("decoding")),
+    ]
+
+
+def decoding_lines(decoding: dict[str, Any] | None) -> list[str]:
+    """The check of cached decoding against full recomputation, before and after RL."""
+    checks = {k: v for k, v in (decoding or {}).items() if v}
+    if not checks:
+        return []
+    parts = [
+        f"{when} RL {c['identical']}/{c['prompts']} identical ({c['new_tokens']} new tokens, "
+        f"{c['speedup']:.1f}x faster cached)"
+        for when, c in checks.items()
+    ]
+    return [
+        "Greedy completions of trained-family prompts, cached decoding against recomputing "
+        "every prefix: " + "; ".join(parts) + ".",
+        "",
     ]
 
 

@@ -44,6 +44,8 @@ class ConfirmEval:
     per_family_samples: dict[str, list[int]]  # family -> [passing samples, samples]
     sampling: Draws  # of the pass@k scores
     examples: list[dict[str, Any]] = field(default_factory=list)  # greedy records
+    # cached decoding against full recomputation on this checkpoint (None: not checked)
+    decoding: dict[str, Any] | None = None
     wall_seconds: float = 0.0
 
 

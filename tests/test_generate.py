@@ -6,7 +6,13 @@ import torch
 
 from glmflash import tokenizer as tok
 from glmflash.config import model_config
-from glmflash.generate import StopRule, generate, prefill, sample_next
+from glmflash.generate import (
+    StopRule,
+    check_against_full_recompute,
+    generate,
+    prefill,
+    sample_next,
+)
 from glmflash.model.lm import GLMFlash
 
 KINDS = {"elu": {}, "delta": dict(linear_kind="delta"), "indexer": dict(sparse_kind="indexer")}
@@ -228,3 +234,25 @@ def test_prefill_keeps_the_order_of_unsorted_prompts():
         alone, s = model.step(torch.tensor([p]))
         assert torch.allclose(logits[i], alone[0, -1], atol=1e-5)
         assert torch.allclose(after[i], model.step(feed[i : i + 1], s)[0][0], atol=1e-5)
+
+
+def test_the_check_against_full_recomputation_counts_differing_completions(monkeypatch):
+    """On an intact model every completion is identical; where the cached steps go wrong,
+    completions differ and are not counted."""
+    model = model_for()
+    check = check_against_full_recompute(model, PROMPTS, 12)
+    expected = generate(model, PROMPTS, 12)
+    assert check["prompts"] == len(PROMPTS) and check["identical"] == len(PROMPTS)
+    assert check["new_tokens"] == sum(len(c.ids) for c in expected) > 0
+    assert check["speedup"] == check["seconds"]["full_recompute"] / check["seconds"]["cached"]
+
+    step = GLMFlash.step
+
+    def stale(self, tokens, state=None):  # every decoding step sees a wrong token
+        if state is not None:
+            tokens = (tokens + 1) % model.cfg.vocab_size
+        return step(self, tokens, state)
+
+    monkeypatch.setattr(GLMFlash, "step", stale)
+    broken = check_against_full_recompute(model, PROMPTS, 12)
+    assert broken["identical"] < len(PROMPTS)

@@ -23,9 +23,13 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
         assert (v["after"][0] > 0) == (rl["per_family"][fam]["after"][0] > 0)
     assert results["vision"]["heldout_correct"][1] == 20
     assert results["peak_memory_bytes"] > 0
+    for when in ("before", "after"):  # the quick plan's 3 trained-family prompts
+        check = results["decoding"][when]
+        assert check["prompts"] == check["identical"] == 3 and check["speedup"] > 0, when
     assert results["machine"]["dtypes"]["newton_schulz"] in ("float32", "bfloat16")
     report = (out / "report.md").read_text()
     assert "greedy pass@1" in report and "## Example generations" in report
+    assert "before RL 3/3 identical" in report and "after RL 3/3 identical" in report
     # transcripts of model output are not labelled Python (a formatter would rewrite them)
     assert "```text" in report and "```python" not in report
     assert "sampled pass@2, all eight families" in report and "pass@8" not in report

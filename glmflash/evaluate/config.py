@@ -66,6 +66,11 @@ class EvalConfig:
 
     per_family: int = setting(8, "confirm tasks per seed family")
     per_rung: int = setting(32, "confirm tasks per ladder rung (greedy)")
+    decoding_check: int = setting(
+        8,
+        "trained-family prompts decoded greedily twice, cached and by recomputing every prefix:"
+        " the trained model's output must be identical (0: skip)",
+    )
     sampling: Sampling = field(
         default=Sampling(mode="sample", samples=8),
         metadata={"help": "the sampled pass@k (its seed is the pipeline's)"},
@@ -75,6 +80,8 @@ class EvalConfig:
         for name in ("per_family", "per_rung"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.decoding_check < 0:
+            raise ValueError(f"decoding_check must be >= 0, got {self.decoding_check}")
         if self.sampling.mode != "sample":
             raise ValueError("the pipeline's pass@k needs sampling.mode = sample")
 
