@@ -68,8 +68,8 @@ class EvalConfig:
     per_rung: int = setting(32, "confirm tasks per ladder rung (greedy)")
     decoding_check: int = setting(
         8,
-        "trained-family prompts decoded greedily twice, cached and by recomputing every prefix:"
-        " the trained model's output must be identical (0: skip)",
+        "trained-family prompts decoded greedily twice, cached and by recomputing every prefix,"
+        " on the evaluated checkpoint: how many come out identical, and the speedup (0: skip)",
     )
     sampling: Sampling = field(
         default=Sampling(mode="sample", samples=8),
