@@ -37,6 +37,7 @@ VOLATILE = {
     "peak_memory_bytes",
     "tokens_per_s",
     "rollouts_per_s",
+    "speedup",  # of cached decoding over full recomputation
     "start_step",
 }
 

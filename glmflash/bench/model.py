@@ -127,6 +127,7 @@ def contests(
     x = leaf(B * T, cfg.d_model)
     with torch.no_grad():
         index, gates, _ = moe.route(x)
+    counts = torch.bincount(index.flatten(), minlength=cfg.n_experts)
     return {
         "linear_attention": Contest(
             "cumsum",
@@ -147,7 +148,7 @@ def contests(
             "sorted dispatch vs a boolean mask per expert",
             moe.experts,
             masked.experts,
-            (x, index, gates.requires_grad_()),
+            (x, index, gates.requires_grad_(), counts),
             moe,
             masked,
         ),

@@ -80,8 +80,8 @@ class GatheredSparseAttention(SparseAttention):
 class MaskedMoE(MoE):
     """Routed experts found by a boolean mask per expert, accumulated one expert at a time."""
 
-    def experts(self, x: Tensor, index: Tensor, gates: Tensor) -> Tensor:
-        y = x.new_zeros(x.shape)
+    def experts(self, x: Tensor, index: Tensor, gates: Tensor, counts: Tensor) -> Tensor:
+        y = x.new_zeros(x.shape)  # the masks find each expert's rows: counts go unused
         for e in range(self.n_experts):
             token, slot = torch.where(index == e)
             out = swiglu(x[token], self.w1[e], self.w3[e], self.w2[e])
