@@ -167,7 +167,7 @@ class Pipeline:
         made under another plan must not be mixed with this one's."""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / PLAN_FILE
-        plan = json.loads(json.dumps(self.plan.to_dict()))  # tuples as lists, as read back
+        plan = self.plan.to_dict()
         if path.is_file():
             differ = changed_settings(json.loads(path.read_text()), plan)
             if differ:

@@ -27,7 +27,7 @@ from torch.profiler import record_function
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
-from glmflash.flags import add_config_flags, changed_settings, given
+from glmflash.flags import add_config_flags, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash, ModelOutput
 from glmflash.plots import pyplot, save
@@ -49,6 +49,7 @@ from glmflash.train.runlog import (
     METRICS,
     TrainError,
     append_jsonl,
+    check_resume,
     note_machine,
     read_jsonl,
     trim_metrics,
@@ -250,14 +251,7 @@ def prepare_run(
     record = {"pretrain": cfg.to_dict(), "model": mcfg.to_dict()}
     run_file = out / RUN
     if resume:
-        if not run_file.is_file():
-            raise TrainError(f"nothing to resume in {out}: {run_file} not found")
-        saved = json.loads(run_file.read_text())
-        diff = changed_settings({k: saved.get(k, {}) for k in record}, record)
-        if diff:
-            raise TrainError(
-                f"--resume with settings that differ from the run in {out}: {', '.join(diff)}"
-            )
+        check_resume(run_file, record)
         if not checkpoint_dirs(out):
             raise TrainError(
                 f"nothing to resume in {out}: no checkpoint under {out / 'checkpoints'}"

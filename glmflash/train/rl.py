@@ -44,7 +44,7 @@ from glmflash.device import resolve_device
 from glmflash.errors import CLIError
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.evaluate.config import MAX_NEW_TOKENS, Sampling
-from glmflash.flags import add_config_flags, changed_settings, given, setting
+from glmflash.flags import add_config_flags, given, setting
 from glmflash.generate import Completion, distinct_prompts, generate, right_padded
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
@@ -63,6 +63,7 @@ from glmflash.train.runlog import (
     METRICS,
     TrainError,
     append_jsonl,
+    check_resume,
     note_machine,
     read_jsonl,
     trim_metrics,
@@ -356,15 +357,7 @@ def train_rl(
     record = {"rl": asdict(cfg), "init": str(init), "init_sha256": meta.get("sha256")}
     run_file = out / "run.json"
     if resume:
-        if not run_file.is_file():
-            raise TrainError(f"nothing to resume in {out}: {run_file} not found")
-        diff = changed_settings(
-            {"rl": json.loads(run_file.read_text())["rl"]}, {"rl": record["rl"]}
-        )
-        if diff:
-            raise TrainError(
-                f"--resume with settings that differ from the run in {out}: {', '.join(diff)}"
-            )
+        check_resume(run_file, {"rl": record["rl"]})
     elif run_file.exists():
         raise TrainError(f"{out} already holds a run; use --resume or another --out")
     else:

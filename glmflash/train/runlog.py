@@ -8,11 +8,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from glmflash.flags import changed_settings
+
 METRICS = "metrics.jsonl"
 
 
 class TrainError(RuntimeError):
     """A problem with the run's inputs or its output folder, for the user to fix."""
+
+
+def check_resume(run_file: Path, settings: dict[str, Any]) -> None:
+    """Refuse a resume unless `run_file` exists and records the same `settings` (its sections,
+    e.g. {"rl": ...}; the file's other entries, such as the machines, may differ), naming
+    every setting that changed."""
+    out = run_file.parent
+    if not run_file.is_file():
+        raise TrainError(f"nothing to resume in {out}: {run_file} not found")
+    saved = json.loads(run_file.read_text())
+    diff = changed_settings({k: saved.get(k, {}) for k in settings}, settings)
+    if diff:
+        raise TrainError(
+            f"--resume with settings that differ from the run in {out}: {', '.join(diff)}"
+        )
 
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
