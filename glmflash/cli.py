@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("glmflash.experiments.report", "Markdown report with statistics and plots"),
     "bench": ("glmflash.bench.cli", "benchmarks against naive baselines, as ratios"),
     "pretrain": ("glmflash.train.pretrain", "pretrain from random weights on the synthetic corpus"),
+    "competence": (
+        "glmflash.experiments.competence",
+        "pretraining tokens until the task ladder clears the competence bar",
+    ),
 }
 
 

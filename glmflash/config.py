@@ -22,6 +22,8 @@ SPARSE_KINDS = ("fixed", "indexer")
 BALANCE_KINDS = ("aux", "bias")
 STREAM_MIXERS = ("mhc", "static")
 CORPORA = ("tasks", "compositions", "stdlib", "mix")
+SCHEDULES = ("cosine", "wsd")
+ROW_STARTS = ("anywhere", "document")
 PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 
 
@@ -183,13 +185,26 @@ class PretrainConfig:
     batch_size: int = setting(32, "sequences per update (the global batch)")
     seq_len: int = setting(128, "tokens per sequence (packed documents, no padding)")
     lr: float = setting(3e-3, "peak learning rate, after the linear warm-up")
-    min_lr_ratio: float = setting(0.1, "the cosine schedule decays to lr * min_lr_ratio")
+    min_lr_ratio: float = setting(0.1, "the schedule decays to lr * min_lr_ratio")
+    schedule: str = setting(
+        "cosine",
+        "cosine decay after the warm-up, or wsd: stable at lr, then decay over the last "
+        "decay_fraction of the steps (a run to any budget is a branch of one stable run)",
+        SCHEDULES,
+    )
+    decay_fraction: float = setting(0.2, "share of the steps the wsd schedule spends decaying")
     warmup: int = setting(20, "steps of linear warm-up")
     weight_decay: float = setting(0.1, "decoupled weight decay on matrices only")
     beta1: float = setting(0.9, "Adam's first-moment decay")
     beta2: float = setting(0.95, "Adam's second-moment decay")
     grad_clip: float = setting(1.0, "gradient norm clip")
     seed: int = setting(0, "initial weights and the data stream")
+    row_start: str = setting(
+        "anywhere",
+        "where a packed row begins: anywhere in a document (a window of a long stream, so a "
+        "row's first body often lacks its comment) or at a document's start",
+        ROW_STARTS,
+    )
     corpus: str = setting(
         "tasks", "the synthetic corpus (mix: tasks, compositions and stdlib by document)", CORPORA
     )
@@ -239,6 +254,8 @@ class PretrainConfig:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.optimizer not in ("adamw", "muon"):
             raise ConfigError(f"optimizer must be adamw or muon, got {self.optimizer!r}")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from glmflash.config import CORPORA
+from glmflash.config import CORPORA, ROW_STARTS
 from glmflash.data import code_tasks, compositions, ladder, rng_for, stdlib
 from glmflash.tokenizer import encode
 
@@ -31,14 +31,23 @@ class PackedStream:
     """Batches of packed rows, each row a pure function of (seed, global row number)."""
 
     def __init__(
-        self, doc_fn: DocFn, seq_len: int, seed: int = 0, rank: int = 0, world_size: int = 1
+        self,
+        doc_fn: DocFn,
+        seq_len: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        row_start: str = "anywhere",
     ) -> None:
         if seq_len < 1:
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size), got {rank} of {world_size}")
         self.doc_fn, self.seq_len, self.seed = doc_fn, seq_len, seed
+        if row_start not in ROW_STARTS:
+            raise ValueError(f"row_start must be one of {ROW_STARTS}, got {row_start!r}")
         self.rank, self.world_size = rank, world_size
+        self.at_document = row_start == "document"
 
     def document_ids(self, index: int) -> list[int]:
         return encode(self.doc_fn(index), bos=True, eos=True)
@@ -47,7 +56,8 @@ class PackedStream:
         """Global row g: seq_len + 1 tokens."""
         rng = rng_for("row", self.seed, g)
         ids = self.document_ids(rng.getrandbits(63))
-        out = ids[rng.randrange(len(ids)) :]
+        offset = rng.randrange(len(ids))  # drawn either way: the same documents either way
+        out = ids if self.at_document else ids[offset:]
         while len(out) <= self.seq_len:
             out += self.document_ids(rng.getrandbits(63))
         return out[: self.seq_len + 1]

@@ -64,7 +64,8 @@ RUN = "run.json"
 
 
 def training_stream(cfg: PretrainConfig, dist: DistInfo, split: str = "train"):
-    """The packed token stream of the chosen corpus for this rank."""
+    """The packed token stream of the chosen corpus for this rank. The dev stream ("eval")
+    always starts rows anywhere, so dev losses compare across `row_start`."""
     from glmflash.data.stream import PackedStream, make_corpus
 
     return PackedStream(
@@ -73,6 +74,7 @@ def training_stream(cfg: PretrainConfig, dist: DistInfo, split: str = "train"):
         seed=cfg.seed,
         rank=dist.rank,
         world_size=dist.world_size,
+        row_start=cfg.row_start if split == "train" else "anywhere",
     )
 
 
@@ -135,8 +137,11 @@ def pretrain(
     resume: bool = False,
     model_overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
+    branch_from: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) the run in `out`; returns a summary dict.
+    """Train (or resume) the run in `out`; returns a summary dict. `branch_from`, a training
+    checkpoint of another run whose settings and schedule agree with cfg up to its step,
+    starts this run from that state (a wsd decay branch, see schedule.py).
 
     One piece on purpose: the loop reads top to bottom as one step happens (schedule, batch,
     update, metrics, evaluation, checkpoint); the update itself is `update`."""
@@ -144,7 +149,7 @@ def pretrain(
     dev = resolve_device(device)
     dist = init_distributed(dev)
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    mcfg = prepare_run(cfg, out, resume, model_overrides or {}, dist)
+    mcfg = prepare_run(cfg, out, resume, model_overrides or {}, dist, branch_from)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -156,6 +161,10 @@ def pretrain(
         start = load_training_state(latest, model, optimizer)
         if dist.is_main:
             log(f"resuming {out} from step {start}")
+    elif branch_from is not None:
+        start = load_training_state(Path(branch_from), model, optimizer)
+        if dist.is_main:
+            log(f"branching {out} from {branch_from} at step {start}")
     amp = run_autocast(out, dev, cfg.precision, start, dist)
     if dist.is_main:
         trim_metrics(out / METRICS, start)
@@ -242,13 +251,22 @@ def dev_pass_at_1(model: GLMFlash, cfg: PretrainConfig) -> dict[str, float]:
 
 
 def prepare_run(
-    cfg: PretrainConfig, out: Path, resume: bool, overrides: dict[str, Any], dist: DistInfo
+    cfg: PretrainConfig,
+    out: Path,
+    resume: bool,
+    overrides: dict[str, Any],
+    dist: DistInfo,
+    branch_from: str | Path | None = None,
 ) -> ModelConfig:
     """Check the output folder and record the run's settings; refuse to clobber a run."""
     overrides = dict(overrides)
     context = overrides.pop("context", model_config(cfg.preset).context)
     mcfg = model_config(cfg.preset, context=max(context, cfg.seq_len), **overrides)
-    record = {"pretrain": cfg.to_dict(), "model": mcfg.to_dict()}
+    record: dict[str, Any] = {"pretrain": cfg.to_dict(), "model": mcfg.to_dict()}
+    if branch_from is not None:
+        record["branch_from"] = str(branch_from)
+        if not resume:
+            check_branch(Path(branch_from), cfg, mcfg)
     run_file = out / RUN
     if resume:
         check_resume(run_file, record)
@@ -272,6 +290,32 @@ def prepare_run(
         except OSError as e:
             raise TrainError(f"cannot write to {out}: {e.strerror}") from None
     return mcfg
+
+
+BRANCH_FREE = ("steps", "decay_fraction", "eval_every", "ckpt_every", "keep_checkpoints")
+
+
+def check_branch(checkpoint: Path, cfg: PretrainConfig, mcfg: ModelConfig) -> None:
+    """Refuse a branch that would not equal training cfg from scratch: the source run must
+    have the same model and settings (but for its length and how often it evaluates and
+    saves), and the same learning rate at every step before the checkpoint."""
+    source_file = checkpoint.parent.parent / RUN
+    if not (checkpoint / ckpt.STATE).is_file() or not source_file.is_file():
+        raise TrainError(f"{checkpoint} is not a training checkpoint of a pretraining run")
+    source = json.loads(source_file.read_text())
+    scfg = PretrainConfig(**source["pretrain"])
+    step = int(torch.load(checkpoint / ckpt.STATE, weights_only=False)["step"])
+    differ = [
+        k
+        for k, v in cfg.to_dict().items()
+        if k not in BRANCH_FREE and source["pretrain"].get(k) != v
+    ] + [k for k, v in mcfg.to_dict().items() if source["model"].get(k) != v]
+    if differ:
+        raise TrainError(f"cannot branch from {checkpoint}: {', '.join(differ)} differ")
+    if step > cfg.steps or any(lr_at(s, cfg) != lr_at(s, scfg) for s in range(step)):
+        raise TrainError(
+            f"cannot branch from {checkpoint}: the schedules differ before its step {step}"
+        )
 
 
 def run_autocast(
@@ -359,6 +403,11 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
     )
+    p.add_argument(
+        "--branch-from",
+        metavar="CHECKPOINT",
+        help="start from another run's training checkpoint (a wsd decay branch)",
+    )
 
 
 def run(args) -> int:
@@ -366,11 +415,13 @@ def run(args) -> int:
 
     out = Path(args.out)
     base: dict[str, Any] = {}
+    branch_from = args.branch_from
     try:
         overrides = parse_model_options(args.model_option)
         if args.resume and (out / RUN).is_file():
             saved = json.loads((out / RUN).read_text())
             base = saved["pretrain"]
+            branch_from = branch_from or saved.get("branch_from")
             preset_model = model_config(saved["pretrain"]["preset"]).to_dict()
             overrides = {
                 **{
@@ -382,7 +433,12 @@ def run(args) -> int:
             }
         cfg = PretrainConfig(**{**base, **given(PretrainConfig, args)})
         summary = pretrain(
-            cfg, out, device=args.device, resume=args.resume, model_overrides=overrides
+            cfg,
+            out,
+            device=args.device,
+            resume=args.resume,
+            model_overrides=overrides,
+            branch_from=branch_from,
         )
     except (TrainError, ConfigError, ckpt.CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None

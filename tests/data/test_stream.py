@@ -46,6 +46,23 @@ def test_rows_are_windows_of_concatenated_documents(seq_len):
     assert starts_mid_document > 20  # rows start at a random offset, mostly mid-document
 
 
+def test_rows_at_document_starts_keep_the_same_documents():
+    doc = Recorder()
+    anywhere = PackedStream(doc, 48, seed=3)
+    aligned = PackedStream(doc, 48, seed=3, row_start="document")
+    for g in range(30):
+        doc.calls.clear()
+        anywhere.row(g)
+        first = doc.calls[0]
+        doc.calls.clear()
+        row = aligned.row(g)
+        assert doc.calls[0] == first  # the same first document, now from its start
+        docs = [encode(doc(i), bos=True, eos=True) for i in list(doc.calls)]
+        assert row == [t for d in docs for t in d][:49] and row[0] == BOS
+    with pytest.raises(ValueError, match="row_start"):
+        PackedStream(doc, 8, row_start="middle")
+
+
 def test_batch_shapes_targets_and_determinism():
     doc = Recorder()
     a = PackedStream(doc, 16, seed=1)

@@ -53,6 +53,61 @@ def test_schedule_warmup_then_cosine():
     assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
 
 
+def test_wsd_is_stable_then_decays_in_its_last_fraction():
+    cfg = PretrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd")
+    assert lr_at(0, cfg) == pytest.approx(0.1)
+    assert all(lr_at(s, cfg) == 1.0 for s in range(10, 80))  # decay_fraction 0.2
+    # 1 - sqrt decay over steps 80..99: lr = 0.1 + 0.9 (1 - sqrt((s - 79) / 20))
+    assert lr_at(84, cfg) == pytest.approx(0.1 + 0.9 * (1 - 0.5))
+    assert lr_at(99, cfg) == pytest.approx(0.1)
+    assert all(lr_at(s, cfg) > lr_at(s + 1, cfg) for s in range(79, 99))
+    # the stable part does not depend on the run's length: any budget branches off it
+    longer = PretrainConfig(steps=400, warmup=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd")
+    assert [lr_at(s, cfg) for s in range(80)] == [lr_at(s, longer) for s in range(80)]
+
+
+def test_a_wsd_branch_equals_the_run_from_scratch(tmp_path):
+    wsd = {
+        **FAST,
+        "schedule": "wsd",
+        "decay_fraction": 0.25,
+        "ckpt_every": 2,
+        "keep_checkpoints": 4,
+    }
+    pretrain(PretrainConfig(**{**wsd, "steps": 8}), tmp_path / "stable", device="cpu")
+    budget = PretrainConfig(**{**wsd, "steps": 6})  # decays over its steps 4, 5
+    pretrain(budget, tmp_path / "scratch", device="cpu")
+    source = tmp_path / "stable" / "checkpoints" / "step_000004"
+    pretrain(budget, tmp_path / "branch", device="cpu", branch_from=source)
+    assert losses(tmp_path / "branch") == losses(tmp_path / "scratch")[4:]
+    a, b = weights(tmp_path / "scratch"), weights(tmp_path / "branch")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a branch whose schedule or settings would differ from the run from scratch is refused
+    with pytest.raises(TrainError, match="schedules differ"):
+        late = tmp_path / "stable" / "checkpoints" / "step_000006"  # stable past 6's decay start
+        pretrain(
+            PretrainConfig(**{**wsd, "steps": 6, "decay_fraction": 0.5}),
+            tmp_path / "x",
+            device="cpu",
+            branch_from=late,
+        )
+    with pytest.raises(TrainError, match="lr differ"):
+        pretrain(
+            PretrainConfig(**{**wsd, "steps": 6, "lr": 1e-2}),
+            tmp_path / "y",
+            device="cpu",
+            branch_from=source,
+        )
+    with pytest.raises(TrainError, match="linear_kind differ"):
+        pretrain(
+            budget,
+            tmp_path / "z",
+            device="cpu",
+            branch_from=source,
+            model_overrides={"linear_kind": "delta"},
+        )
+
+
 def test_tiny_run_learns_and_writes_everything(tmp_path):
     cfg = PretrainConfig(**{**FAST, "steps": 12, "lr": 1e-2, "ckpt_every": 6})
     summary = pretrain(cfg, tmp_path / "run", device="cpu")

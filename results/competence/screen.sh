@@ -1,0 +1,38 @@
+#!/bin/bash
+# Screening the levers at one short budget, one seed: today's pipeline recipe (preset 25m, Muon,
+# batch 32 x 128, lr 2e-3) under the wsd schedule to 160 steps (655k tokens), one lever changed
+# per row, each checkpoint evaluated greedily on 32 dev tasks per ladder rung. Rows run one
+# after another (never two at once). Run from the repository root:
+#   bash results/competence/screen.sh runs/screen [NAME ...]
+# Without names every row runs; a row whose eval file exists is skipped.
+set -euo pipefail
+out=${1:-runs/screen}
+shift || true
+declare -A LEVERS=(
+    [baseline]=""
+    [row_start_document]="--row-start document"
+    [delta]="--model-option linear_kind=delta"
+    [lr4e-3]="--lr 4e-3"
+    [lr8e-3]="--lr 8e-3"
+    [window128]="--model-option sparse_window=128"
+    [batch16]="--batch-size 16 --steps 320"
+    [mtp]="--model-option mtp=true"
+    [indexer]="--model-option sparse_kind=indexer"
+)
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=(baseline row_start_document delta lr4e-3 window128 lr8e-3 batch16 mtp indexer)
+for name in "${names[@]}"; do
+    run="$out/$name"
+    [ -f "$run/eval.json" ] && continue
+    rm -rf "$run/run"
+    # shellcheck disable=SC2086
+    glmflash pretrain --preset 25m --out "$run/run" --steps 160 --batch-size 32 --seq-len 128 \
+        --lr 2e-3 --warmup 10 --schedule wsd --eval-every 160 --ckpt-every 160 \
+        --keep-checkpoints 1 --eval-tasks 0 --seed 0 --optimizer muon --precision auto \
+        ${LEVERS[$name]}
+    ckpt=$(ls -d "$run"/run/checkpoints/step_* | tail -1)
+    glmflash eval --checkpoint "$ckpt" --split dev --per-rung 32 \
+        --rungs depth1,depth1_heldout_phrasings,seen_depth2,rl_only,unseen_depth2,unseen_depth3,seed_neutral_names \
+        --out "$run/eval.json.tmp" > "$run/eval_summary.json"
+    mv "$run/eval.json.tmp" "$run/eval.json"
+done
