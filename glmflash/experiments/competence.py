@@ -1,0 +1,245 @@
+"""Tokens to competence: how many pretraining tokens a recipe needs before the task ladder has
+headroom for RL.
+
+The competence bar (dev split, greedy pass@1): depth 1 >= 50%, held-out phrasings >= 15%,
+unseen depth 2 >= 15%, unseen depth 3 > 0. One configuration is measured at several budgets
+B_1 < ... < B_n (optimizer steps) with the warmup-stable-decay schedule (schedule.py): one
+stable run to B_n, whose own decay gives the last point, and for every other budget a branch
+from the stable run's checkpoint at decay_start(B_i) that only decays. Each point is thus a run
+fully decayed at its budget, as if trained to it from scratch (check_branch refuses a branch
+for which that would not hold), for the price of the stable run plus decay_fraction of the
+other budgets.
+
+Each budget's model gets the ladder on the dev split (the confirm split stays for the final
+report) and the teacher-forced loss of each rung's reference bodies (a smooth signal beside
+the counts). One row per (name, seed) goes to `table.json` in the output folder:
+
+    glmflash competence --out results/competence --name baseline --budgets 80,160,240,320
+    glmflash competence --out results/competence --name delta --budgets 80,160,240,320 \\
+        --model-option linear_kind=delta
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from glmflash.config import PretrainConfig
+from glmflash.errors import CLIError
+from glmflash.evaluate.rungs import evaluate_rungs, rung_tasks
+from glmflash.flags import with_setting
+from glmflash.model.lm import GLMFlash
+from glmflash.plots import pyplot, save
+from glmflash.tokenizer import encode
+
+BAR = {  # rung -> (comparison, share of its tasks)
+    "depth1": (">=", 0.50),
+    "depth1_heldout_phrasings": (">=", 0.15),
+    "unseen_depth2": (">=", 0.15),
+    "unseen_depth3": (">", 0.0),
+}
+RUNGS = (
+    "depth1",
+    "depth1_heldout_phrasings",
+    "seen_depth2",
+    "rl_only",
+    "unseen_depth2",
+    "unseen_depth3",
+    "seed_neutral_names",
+)
+TABLE = "table.json"
+
+
+def clears_bar(rungs: dict[str, Sequence[float]]) -> bool:
+    """Whether rung -> [solved, n] clears every line of BAR."""
+    for rung, (op, share) in BAR.items():
+        solved, n = rungs[rung]
+        rate = solved / n
+        if not (rate >= share if op == ">=" else rate > share):
+            return False
+    return True
+
+
+def tokens_to_bar(points: Sequence[dict[str, Any]]) -> int | None:
+    """The fewest tokens among the points (each {"tokens", "rungs"}) that clear the bar."""
+    cleared = [p["tokens"] for p in points if clears_bar(p["rungs"])]
+    return min(cleared) if cleared else None
+
+
+@torch.no_grad()
+def body_loss(model: GLMFlash, rung: str, split: str, n: int, seed: int = 0) -> float:
+    """Mean next-byte loss (nats) of the reference bodies of `n` tasks of `rung`, each read
+    after its prompt and cut at the model's context: how far the model is from writing them,
+    smoother than pass@1. NaN when no prompt fits the context."""
+    model.eval()
+    total, count = 0.0, 0
+    for task in rung_tasks(rung, split, n, seed):
+        prompt = encode(task.prompt, bos=True)
+        ids = (prompt + encode(task.reference, eos=True))[: model.cfg.context + 1]
+        if len(ids) <= len(prompt):
+            continue
+        x, y = torch.tensor([ids[:-1]]), torch.tensor(ids[len(prompt) :])
+        logits = model(x).logits[0, len(prompt) - 1 :].float()
+        total += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+        count += len(y)
+    return total / count if count else float("nan")
+
+
+def branch_points(cfg: PretrainConfig, budgets: Sequence[int]) -> dict[int, int]:
+    """budget -> the stable run's step that its decay branch starts from."""
+    from glmflash.train.schedule import decay_start
+
+    return {b: decay_start(replace(cfg, steps=b)) for b in budgets}
+
+
+def measure(
+    cfg: PretrainConfig,
+    budgets: Sequence[int],
+    out: Path,
+    model_options: dict[str, Any] | None = None,
+    per_rung: int = 32,
+    rungs: Sequence[str] = RUNGS,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+) -> dict[str, Any]:
+    """Train the stable run and its branches into `out`, evaluate every budget, and return the
+    table row. Every piece is skipped once done, so an interrupted call resumes."""
+    from glmflash.train.checkpoint import load_model
+    from glmflash.train.pretrain import RUN, pretrain
+
+    budgets = sorted(set(budgets))
+    if not budgets or budgets[0] < 1:
+        raise CLIError("--budgets needs at least one positive step count")
+    cfg = replace(cfg, schedule="wsd", steps=budgets[-1])
+    starts = branch_points(cfg, budgets)
+    saves = sorted({s for b, s in starts.items() if b != budgets[-1]} | {budgets[-1]})
+    every = math.gcd(*saves)
+    stable = replace(cfg, ckpt_every=every, keep_checkpoints=budgets[-1] // every + 1)
+    stable = replace(stable, eval_every=budgets[-1])
+    log(f"stable run to {budgets[-1]} steps, branches from steps {sorted(starts.values())}")
+    summary = _train(pretrain, stable, out / "stable", model_options, None, RUN)
+    points = []
+    for budget in budgets:
+        if budget == budgets[-1]:
+            run_dir, run_summary = out / "stable", summary
+        else:
+            run_dir = out / f"budget_{budget:06d}"
+            source = out / "stable" / "checkpoints" / f"step_{starts[budget]:06d}"
+            branch = replace(cfg, steps=budget, eval_every=budget, ckpt_every=budget)
+            run_summary = _train(pretrain, branch, run_dir, model_options, source, RUN)
+        point_file = run_dir / "point.json"
+        if not point_file.is_file():
+            model, _ = load_model(run_dir / "checkpoints" / f"step_{budget:06d}")
+            evals = evaluate_rungs(model, rungs, split="dev", per_rung=per_rung)
+            point = {
+                "steps": budget,
+                "tokens": budget * cfg.batch_size * cfg.seq_len,
+                "dev_loss": run_summary.get("dev_loss"),
+                "rungs": {r: list(c) for r, c in evals["greedy"].per_family.items()},
+                "body_loss": {r: body_loss(model, r, "dev", per_rung) for r in rungs},
+            }
+            point_file.write_text(json.dumps(point, indent=2))
+        points.append(json.loads(point_file.read_text()))
+        log(f"{budget} steps: {points[-1]['rungs']}")
+    record = json.loads((out / "stable" / RUN).read_text())
+    return {
+        "seed": cfg.seed,
+        "tokens_to_bar": tokens_to_bar(points),
+        "tokens_per_s": summary.get("tokens_per_s"),
+        "machine": record.get("machines", [{}])[0],
+        "pretrain": cfg.to_dict(),
+        "model_options": model_options or {},
+        "points": points,
+    }
+
+
+def _train(pretrain, cfg, run_dir, model_options, branch_from, run_file) -> dict[str, Any]:
+    """Run (or resume, or reuse) one pretraining run; returns its summary."""
+    done = run_dir / "summary.json"
+    if done.is_file() and json.loads(done.read_text()).get("step") == cfg.steps:
+        return json.loads(done.read_text())
+    resume = (run_dir / run_file).is_file()
+    return pretrain(
+        cfg, run_dir, resume=resume, model_overrides=model_options, branch_from=branch_from
+    )
+
+
+def update_table(path: Path, name: str, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Put `row` (named `name`) in the table file, replacing the row of the same name and
+    seed; returns the table."""
+    rows = json.loads(path.read_text()) if path.is_file() else []
+    rows = [r for r in rows if (r["name"], r["seed"]) != (name, row["seed"])]
+    rows.append({"name": name, **row})
+    path.write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def plot_table(rows: list[dict[str, Any]], png: Path) -> None:
+    """One panel per bar rung: pass@1 against tokens, a line per configuration and seed."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(BAR), figsize=(4 * len(BAR), 3.6), sharex=True)
+    for ax, (rung, (_, share)) in zip(axes, BAR.items(), strict=True):
+        for row in rows:
+            xs = [p["tokens"] / 1e6 for p in row["points"]]
+            ys = [100 * p["rungs"][rung][0] / p["rungs"][rung][1] for p in row["points"]]
+            ax.plot(xs, ys, "o-", ms=3, label=f"{row['name']} s{row['seed']}")
+        ax.axhline(100 * share, color="k", lw=0.8, ls="--")
+        ax.set_title(rung.replace("_", " "))
+        ax.set_xlabel("pretraining tokens (M)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("greedy pass@1, dev (%)")
+    axes[-1].legend(fontsize=7)
+    save(fig, png, dpi=110)
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", required=True, help="folder of the table; runs go to OUT/runs/NAME")
+    p.add_argument("--name", required=True, help="the configuration's row name")
+    p.add_argument("--budgets", required=True, help="step counts, comma-separated")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pretraining setting changed from the pipeline's plan, e.g. lr=4e-3",
+    )
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--per-rung", type=int, default=32, help="dev tasks per rung")
+
+
+def run(args) -> int:
+    from glmflash.config import ConfigError
+    from glmflash.pipeline import PipelinePlan
+    from glmflash.train.pretrain import TrainError, parse_model_options
+
+    out = Path(args.out)
+    try:
+        plan = PipelinePlan.full(args.seed)
+        for item in args.set:
+            key, _, value = item.partition("=")
+            plan = with_setting(plan, f"pretrain.{key}", value)
+        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+        options = parse_model_options(args.model_option)
+        row = measure(
+            plan.pretrain,
+            budgets,
+            out / "runs" / f"{args.name}_s{args.seed}",
+            options,
+            args.per_rung,
+        )
+    except (ConfigError, TrainError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    rows = update_table(out / TABLE, args.name, row)
+    plot_table(rows, out / "tokens_to_bar.png")
+    print(json.dumps({"name": args.name, "seed": args.seed, "tokens_to_bar": row["tokens_to_bar"]}))
+    return 0

@@ -1,0 +1,112 @@
+"""Tokens to competence: the bar against hand-made counts, and a tiny harness run whose
+branches are runs fully decayed at their budgets."""
+
+import json
+
+import pytest
+
+from glmflash.config import PretrainConfig
+from glmflash.experiments import competence
+from glmflash.experiments.competence import clears_bar, measure, tokens_to_bar, update_table
+
+AT_BAR = {
+    "depth1": [16, 32],
+    "depth1_heldout_phrasings": [5, 32],
+    "unseen_depth2": [5, 32],
+    "unseen_depth3": [1, 32],
+}  # 50%, 15.6%, 15.6%, 3.1%: every line just met
+
+
+def test_the_bar_holds_only_when_every_line_holds():
+    assert clears_bar(AT_BAR)
+    for rung, below in [
+        ("depth1", 15),
+        ("depth1_heldout_phrasings", 4),
+        ("unseen_depth2", 4),
+        ("unseen_depth3", 0),
+    ]:
+        assert not clears_bar({**AT_BAR, rung: [below, 32]}), rung
+    low = {**AT_BAR, "unseen_depth3": [0, 32]}
+    points = [
+        {"tokens": 300, "rungs": AT_BAR},
+        {"tokens": 100, "rungs": low},
+        {"tokens": 200, "rungs": AT_BAR},
+    ]
+    assert tokens_to_bar(points) == 200
+    assert tokens_to_bar(points[1:2]) is None
+
+
+def test_table_keeps_one_row_per_name_and_seed(tmp_path):
+    path = tmp_path / "table.json"
+    update_table(path, "a", {"seed": 0, "tokens_to_bar": None})
+    update_table(path, "a", {"seed": 1, "tokens_to_bar": 5})
+    rows = update_table(path, "a", {"seed": 0, "tokens_to_bar": 7})
+    assert sorted((r["name"], r["seed"], r["tokens_to_bar"]) for r in rows) == [
+        ("a", 0, 7),
+        ("a", 1, 5),
+    ]
+    assert json.loads(path.read_text()) == rows
+
+
+TINY = {"context": 256}  # every ladder prompt fits
+
+
+def test_a_tiny_harness_run_branches_and_evaluates_every_budget(tmp_path, monkeypatch):
+    cfg = PretrainConfig(
+        preset="tiny",
+        batch_size=4,
+        seq_len=32,
+        warmup=1,
+        eval_batches=1,
+        eval_tasks=0,
+        precision="fp32",
+        optimizer="muon",
+        decay_fraction=0.25,
+    )
+    rungs = ("depth1", "unseen_depth3")
+    monkeypatch.setattr(competence, "BAR", {"depth1": (">=", 0.0)})  # any model clears it
+    row = measure(cfg, [8, 4], tmp_path, TINY, per_rung=2, rungs=rungs, log=lambda m: None)
+    assert [p["steps"] for p in row["points"]] == [4, 8]
+    assert [p["tokens"] for p in row["points"]] == [4 * 128, 8 * 128]
+    assert row["tokens_to_bar"] == 4 * 128
+    assert row["machine"]["cpu_capability"] and row["tokens_per_s"] > 0
+    for p in row["points"]:
+        assert set(p["rungs"]) == set(rungs) and all(n == 2 for _, n in p["rungs"].values())
+        assert all(v > 0 for v in p["body_loss"].values())
+    # budget 4 is a branch of the stable run from its step 3 (decay over the last step)
+    branch = json.loads((tmp_path / "budget_000004" / "run.json").read_text())
+    assert branch["branch_from"].endswith("step_000003") and branch["pretrain"]["steps"] == 4
+    stable = [json.loads(x) for x in (tmp_path / "stable" / "metrics.jsonl").open()]
+    branched = [json.loads(x) for x in (tmp_path / "budget_000004" / "metrics.jsonl").open()]
+    assert [r["step"] for r in branched] == [4] and branched[0]["lr"] < stable[3]["lr"]
+    # a second call reuses every run and point
+    again = measure(cfg, [4, 8], tmp_path, TINY, per_rung=2, rungs=rungs, log=lambda m: None)
+    assert again["points"] == row["points"]
+
+
+@pytest.mark.parametrize("budgets", ["", "0"])
+def test_bad_budgets_are_refused(tmp_path, budgets):
+    with pytest.raises(Exception, match="budgets"):
+        measure(PretrainConfig(preset="tiny"), [int(b) for b in budgets.split(",") if b], tmp_path)
+
+
+def test_body_loss_is_the_loss_of_the_body_given_the_prompt():
+    import torch
+
+    from glmflash.config import model_config
+    from glmflash.evaluate.rungs import rung_tasks
+    from glmflash.model.lm import GLMFlash
+    from glmflash.tokenizer import encode
+
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", context=256)).eval()
+    [task] = rung_tasks("depth1", "dev", 1)
+    prompt = encode(task.prompt, bos=True)
+    whole = encode(task.prompt, bos=True) + encode(task.reference, eos=True)
+
+    def summed(ids):  # the model's own mean loss, times the number of targets
+        x, y = torch.tensor([ids[:-1]]), torch.tensor([ids[1:]])
+        return float(model(x, y).loss) * (len(ids) - 1)
+
+    by_difference = (summed(whole) - summed(prompt)) / (len(whole) - len(prompt))
+    assert competence.body_loss(model, "depth1", "dev", 1) == pytest.approx(by_difference, rel=1e-4)
