@@ -40,7 +40,8 @@ class ModelConfig:
     # linear attention
     linear_kind: str = "elu"  # "elu": ELU+1 feature maps; "delta": gated delta rule (KDA style)
     linear_chunk: int = 32  # chunk length of the chunkwise-parallel form
-    conv_size: int = 4  # short causal convolution of the delta-rule variant
+    conv_size: int = 4  # taps of the short causal convolution (delta rule; elu with elu_conv)
+    elu_conv: bool = False  # a short causal convolution on the ELU layers' q, k, v (Based)
     # sparse attention
     sparse_kind: str = "fixed"  # "fixed": local window + strided anchors; "indexer": learned
     sparse_window: int = 32

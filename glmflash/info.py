@@ -59,7 +59,8 @@ def _attention(cfg: ModelConfig, kind: str) -> int:
     indexer = 0
     if kind == "S" and cfg.sparse_kind == "indexer":
         indexer = (cfg.indexer_heads * cfg.indexer_dim + cfg.indexer_dim + cfg.indexer_heads) * C
-    return 4 * C * C + indexer  # q, k, v, o (+ the indexer's q, k, weights)
+    conv = 3 * C * K if kind == "L" and cfg.elu_conv else 0
+    return 4 * C * C + indexer + conv  # q, k, v, o (+ the indexer's q, k, weights; the conv)
 
 
 def _block(cfg: ModelConfig, kind: str) -> Counter[str]:

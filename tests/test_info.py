@@ -43,6 +43,12 @@ def test_counts_equal_the_models_parameters(preset, linear, sparse, mixer, mtp, 
     assert parameter_counts(cfg) == counted_from_the_model(cfg)
 
 
+@pytest.mark.parametrize("preset", ["tiny", "25m"])
+def test_counts_include_the_elu_layers_convolution(preset):
+    cfg = model_config(preset, elu_conv=True)
+    assert parameter_counts(cfg) == counted_from_the_model(cfg)
+
+
 def test_info_starts_without_torch():
     code = (
         "import sys; from glmflash.cli import main; main(['info', '--preset', '25m']); "

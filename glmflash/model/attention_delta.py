@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from glmflash.config import ModelConfig
 from glmflash.model.norm import RMSNorm
+from glmflash.model.short_conv import causal_conv, conv_weight
 
 MAX_LOG_DECAY = 5.0  # log alpha lies in [-MAX_LOG_DECAY, 0): alpha >= e^-5 per token
 DECAY_BLOCK = 16  # DECAY_BLOCK * MAX_LOG_DECAY = 80 < log(float32 max) = 88.7
@@ -163,7 +164,7 @@ class DeltaAttention(nn.Module):
         self.n_heads, self.head_dim, self.chunk, self.conv_size = H, D, cfg.linear_chunk, K
         self.qkv_proj = nn.Linear(d, 3 * d, bias=False)
         # Depthwise causal convolution over time, one filter of K taps per q/k/v channel.
-        self.conv_weight = nn.Parameter(torch.empty(3 * d, K).uniform_(-(K**-0.5), K**-0.5))
+        self.conv_weight = conv_weight(3 * d, K)
         self.beta_proj = nn.Linear(d, H, bias=False)
         self.decay_down = nn.Linear(d, GATE_RANK, bias=False)
         self.decay_up = nn.Linear(GATE_RANK, d, bias=False)
@@ -181,17 +182,6 @@ class DeltaAttention(nn.Module):
         beta, decay and gate keep the init their own definitions give them."""
         nn.init.normal_(self.qkv_proj.weight, std=std)
         nn.init.normal_(self.o_proj.weight, std=out_std)
-
-    def short_conv(self, u: Tensor, past: Tensor) -> tuple[Tensor, Tensor]:
-        """SiLU(causal depthwise conv) of u [B, T, 3d] after the K-1 earlier inputs `past`;
-        returns the result and the last K-1 inputs (the next call's `past`)."""
-        T, K = u.shape[1], self.conv_size
-        xs = torch.cat((past.to(u.dtype), u), dim=1)  # [B, K - 1 + T, 3d]
-        w = self.conv_weight.to(u.dtype)
-        # y_t = sum_j w_j x_{t-K+1+j}: K shifted multiply-adds (a grouped conv1d is much
-        # slower on CPU, its backward above all).
-        y = sum(xs[:, j : j + T] * w[:, j] for j in range(K))
-        return F.silu(y), xs[:, xs.shape[1] - (K - 1) :]
 
     def log_decay(self, x: Tensor) -> Tensor:
         """log alpha [B, T, d] in [-MAX_LOG_DECAY, 0), in at least float32 (alpha near 1
@@ -211,7 +201,7 @@ class DeltaAttention(nn.Module):
         dtype = torch.promote_types(x.dtype, torch.float32)
         qkv = self.qkv_proj(x).to(dtype)
         past = qkv.new_zeros(B, self.conv_size - 1, 3 * d) if state is None else state.conv
-        qkv, conv = self.short_conv(qkv, past)
+        qkv, conv = causal_conv(qkv, past, self.conv_weight)
         q, k, v = (u.reshape(B, T, H, D).transpose(1, 2) for u in qkv.chunk(3, dim=-1))
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         log_alpha = self.log_decay(x).view(B, T, H, D).transpose(1, 2)

@@ -30,15 +30,18 @@ from torch import Tensor
 
 from glmflash.config import ModelConfig
 from glmflash.model.heads import HeadProjections
+from glmflash.model.short_conv import causal_conv, conv_weight
 
 EPS = 1e-6
 
 
 class LinearState(NamedTuple):
-    """Recurrent state of one linear-attention layer: S = sum phi(k) v^T, z = sum phi(k)."""
+    """Recurrent state of one linear-attention layer: S = sum phi(k) v^T, z = sum phi(k), and
+    with the short convolution on, its last K-1 inputs."""
 
     S: Tensor  # [B, H, D, Dv]
     z: Tensor  # [B, H, D]
+    conv: Tensor | None = None  # [B, K-1, 3 d_model] (elu_conv)
 
 
 def feature_map(u: Tensor) -> Tensor:
@@ -78,7 +81,7 @@ def elu_linear_attention_step(
     q: Tensor, k: Tensor, v: Tensor, state: LinearState | None = None, eps: float = EPS
 ) -> tuple[Tensor, LinearState]:
     """One token: q, k [B, H, D], v [B, H, Dv] -> y [B, H, Dv] and the updated state."""
-    S, z = state if state is not None else empty_state(q, v)
+    S, z = (state if state is not None else empty_state(q, v))[:2]
     fq, fk = feature_map(q), feature_map(k)
     S = S + fk[..., :, None] * v[..., None, :]
     z = z + fk
@@ -117,7 +120,7 @@ def elu_linear_attention_chunked(
         num = A V + phi(Q) S,   den = A 1 + phi(Q) z
         S  += phi(K)^T V,       z  += phi(K)^T 1
     """
-    S, z = state if state is not None else empty_state(q, v)
+    S, z = (state if state is not None else empty_state(q, v))[:2]
     ys = []
     for start in range(0, q.shape[2], chunk):
         fq, fk = (feature_map(u[:, :, start : start + chunk]) for u in (q, k))
@@ -132,23 +135,35 @@ def elu_linear_attention_chunked(
 
 
 class LinearAttention(HeadProjections):
-    """Multi-head ELU+1 linear attention: projections, RoPE before phi (unless nope_main)."""
+    """Multi-head ELU+1 linear attention: projections, with `elu_conv` a short causal
+    convolution on q, k, v (short_conv.py), RoPE before phi (unless nope_main)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.chunk = cfg.linear_chunk
+        self.conv_weight = conv_weight(3 * cfg.d_model, cfg.conv_size) if cfg.elu_conv else None
 
     def forward(
         self, x: Tensor, state: LinearState | None = None, offset: int | Tensor = 0
     ) -> tuple[Tensor, LinearState]:
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], state after x)."""
-        q, k, v = self.heads(x, offset)
+        conv, mix = None, None
+        if self.conv_weight is not None:
+            K = self.conv_weight.shape[1]
+            past = x.new_zeros(x.shape[0], K - 1, 3 * x.shape[2]) if state is None else state.conv
+
+            def mix(u: Tensor) -> Tensor:
+                nonlocal conv
+                u, conv = causal_conv(u, past, self.conv_weight)
+                return u
+
+        q, k, v = self.heads(x, offset, mix)
         if x.shape[1] == 1:
             y, state = elu_linear_attention_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], state)
             y = y[:, :, None]
         else:
             y, state = elu_linear_attention_chunked(q, k, v, state, self.chunk)
-        return self.merge(y), state
+        return self.merge(y), state._replace(conv=conv)
 
 
 __all__ = [

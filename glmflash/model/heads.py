@@ -10,6 +10,9 @@ Each variant subclasses HeadProjections and supplies the attention between `head
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from torch import Tensor, nn
 
 from glmflash.config import ModelConfig
@@ -35,14 +38,17 @@ class HeadProjections(nn.Module):
             nn.init.normal_(proj.weight, std=std)
         nn.init.normal_(self.o_proj.weight, std=out_std)
 
-    def heads(self, x: Tensor, offset: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def heads(
+        self, x: Tensor, offset: int | Tensor, mix: Callable[[Tensor], Tensor] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """x [B, T, d_model] at positions offset.. (one int, or one per row) -> q, k, v
-        [B, H, T, D], q and k rotated."""
+        [B, H, T, D], q and k rotated; `mix`, when given, maps the three projections side by
+        side [B, T, 3 d_model] before they are split into heads (a short convolution)."""
         B, T, _ = x.shape
-        q, k, v = (
-            proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-            for proj in (self.q_proj, self.k_proj, self.v_proj)
-        )
+        projected = [proj(x) for proj in (self.q_proj, self.k_proj, self.v_proj)]
+        if mix is not None:
+            projected = mix(torch.cat(projected, dim=-1)).chunk(3, dim=-1)
+        q, k, v = (u.reshape(B, T, self.n_heads, self.head_dim).transpose(1, 2) for u in projected)
         if self.rope is not None:
             q, k = self.rope(q, offset), self.rope(k, offset)
         return q, k, v

@@ -51,7 +51,7 @@ def test_step_recurrence_matches_explicit_loop():
     q, k, v = qkv(2, 2, 6, 4, 3, seed=0)
     s0 = random_state(2, 2, 4, 3, seed=1)
     y, s = elu_linear_attention_recurrent(q, k, v, s0)
-    y_ref, S_ref, z_ref = naive_recurrence(q, k, v, *s0)
+    y_ref, S_ref, z_ref = naive_recurrence(q, k, v, s0.S, s0.z)
     torch.testing.assert_close(y, y_ref)
     torch.testing.assert_close(s.S, S_ref)
     torch.testing.assert_close(s.z, z_ref)
@@ -156,9 +156,34 @@ def test_offset_moves_rope_only_when_enabled(nope_main):
     assert same == nope_main
 
 
+def test_short_convolution_matches_conv1d():
+    """The ELU layer's convolution against torch's own causal depthwise conv1d."""
+    layer = make(elu_conv=True)
+    B, T, K = 2, 11, layer.conv_weight.shape[1]
+    x = torch.randn(B, T, 64, dtype=F64)
+    y, state = layer(x, offset=0)
+    H, D = layer.n_heads, layer.head_dim
+    qkv = torch.cat([x @ p.weight.T for p in (layer.q_proj, layer.k_proj, layer.v_proj)], -1)
+    mixed = torch.nn.functional.conv1d(
+        torch.nn.functional.pad(qkv.transpose(1, 2), (K - 1, 0)),
+        layer.conv_weight[:, None],
+        groups=qkv.shape[-1],
+    )
+    q, k, v = (
+        u.reshape(B, T, H, D).transpose(1, 2)
+        for u in torch.nn.functional.silu(mixed.transpose(1, 2)).chunk(3, -1)
+    )
+    q, k = layer.rope(q, 0), layer.rope(k, 0)
+    y_ref, _ = elu_linear_attention_recurrent(q, k, v)
+    torch.testing.assert_close(y, y_ref.transpose(1, 2).reshape(B, T, -1) @ layer.o_proj.weight.T)
+    torch.testing.assert_close(state.conv, qkv[:, -(K - 1) :])
+    assert sum(p.numel() for p in layer.parameters()) == 4 * 64**2 + 3 * 64 * K
+
+
+@pytest.mark.parametrize("elu_conv", [False, True])
 @pytest.mark.parametrize("pieces", [[1] * 20, [5, 1, 9, 5], [20], [3, 17]])
-def test_module_pieces_chained_equal_whole(pieces):
-    layer = make(linear_chunk=4)
+def test_module_pieces_chained_equal_whole(pieces, elu_conv):
+    layer = make(linear_chunk=4, elu_conv=elu_conv)
     x = torch.randn(2, sum(pieces), 64, dtype=F64)
     y, state = layer(x)
     outs, s, pos = [], None, 0

@@ -12,6 +12,7 @@ from glmflash.model.norm import RMSNorm
 VARIANTS = {
     "default": {},
     "delta": dict(linear_kind="delta"),
+    "conv": dict(elu_conv=True),
     "indexer": dict(sparse_kind="indexer"),
     "nope": dict(nope_main=True, sparse_kind="indexer"),
     "static": dict(stream_mixer="static"),
