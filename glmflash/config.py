@@ -206,6 +206,12 @@ class PretrainConfig:
         "row's first body often lacks its comment) or at a document's start",
         ROW_STARTS,
     )
+    ladder_constants: str = setting(
+        "task",
+        "constants of the ladder's pretraining documents: the tasks' own ranges, or wide ones "
+        "(1-29 instead of 1-9, factors 2-12 instead of 2-5) so that copying beats guessing",
+        ("task", "wide"),
+    )
     corpus: str = setting(
         "tasks", "the synthetic corpus (mix: tasks, compositions and stdlib by document)", CORPORA
     )

@@ -84,7 +84,18 @@ class Primitive:
 
 
 _SMALL, _FACTOR, _CUT = tuple(range(1, 10)), (2, 3, 4, 5), (1, 2, 3, 4)
-_THRESHOLD = tuple(range(10))
+_THRESHOLD, _REPEAT = tuple(range(10)), (2, 3)
+# Wider ranges for pretraining documents (`constants="wide"`): with four factors to choose from
+# a model that guesses "* 2" is right a quarter of the time; with eleven it must read the
+# comment. Every task's own range lies inside its wide one.
+WIDE_CONSTANTS = {
+    _SMALL: tuple(range(1, 30)),
+    _FACTOR: tuple(range(2, 13)),
+    _CUT: tuple(range(1, 10)),
+    _THRESHOLD: tuple(range(30)),
+    _REPEAT: (2, 3, 4, 5),
+}
+CONSTANTS = ("task", "wide")
 
 # The table stays as written, one primitive a group of lines, read across.
 # fmt: off
@@ -194,7 +205,7 @@ _PRIMITIVE_LIST = (
               "cut the opening {c} letters off {v}", "{p}[{c}:]", lambda v, c: v[c:],
               atomic=True, consts=_CUT),
     Primitive("repeat", "str", "str", ("repeat {v} {c} times", "write {v} {c} times in a row"),
-              "chain {c} copies of {v}", "{p} * {c}", lambda v, c: v * c, consts=(2, 3)),
+              "chain {c} copies of {v}", "{p} * {c}", lambda v, c: v * c, consts=_REPEAT),
     Primitive("length", "str", "int", ("take the length of {v}", "count the characters of {v}"),
               "find how many letters {v} has", "len({o})", lambda v, c: len(v), atomic=True),
 )
@@ -301,20 +312,25 @@ def _inputs(kind: str, consts: tuple[int | None, ...], rng: random.Random) -> li
 
 
 def _draw_cases(
-    steps: tuple[str, ...],
-    rng: random.Random,
+    steps: tuple[str, ...], rng: random.Random, constants: str = "task"
 ) -> tuple[tuple[int | None, ...], tuple[Case, ...]] | None:
-    """Random constants and N_CASES cases, or None when the cases all expect one value."""
-    consts = tuple(
-        rng.choice(PRIMITIVES[s].consts) if PRIMITIVES[s].consts else None for s in steps
-    )
+    """Random constants (from each primitive's range, or its wide range) and N_CASES cases,
+    or None when the cases all expect one value."""
+    ranges = [PRIMITIVES[s].consts for s in steps]
+    if constants == "wide":
+        ranges = [WIDE_CONSTANTS[r] if r else r for r in ranges]
+    consts = tuple(rng.choice(r) if r else None for r in ranges)
     kind = PRIMITIVES[steps[0]].kind_in
     cases = tuple(Case(a, evaluate(steps, consts, a)) for a in _inputs(kind, consts, rng))
     return (consts, cases) if len({repr(c.expected) for c in cases}) >= 2 else None
 
 
 def make_ladder_task(
-    structure: Structure, word: str, rng: random.Random, heldout_phrasing: bool = False
+    structure: Structure,
+    word: str,
+    rng: random.Random,
+    heldout_phrasing: bool = False,
+    constants: str = "task",
 ) -> CodeTask:
     """The structure with random constants, argument names, comment, reference body (the
     expression with probability EXPRESSION_SHARE, else another of `bodies`) and N_CASES cases,
@@ -322,7 +338,7 @@ def make_ladder_task(
     values, so no constant function passes."""
     steps, kind = structure.steps, structure.kind
     for _ in range(MAX_DRAWS):
-        drawn = _draw_cases(steps, rng)
+        drawn = _draw_cases(steps, rng, constants)
         if drawn is not None:
             consts, cases = drawn
             break
@@ -495,13 +511,17 @@ def rl_ladder_tasks(split: str, n: int, seed: int = 0) -> list[CodeTask]:
     return rung_tasks("rl_only", split, n, seed)
 
 
-def ladder_document(index: int, seed: int, split: str = "train") -> str:
+def ladder_document(index: int, seed: int, split: str = "train", constants: str = "task") -> str:
     """Pretraining document `index`: a task of a pretraining structure (depth drawn from
-    DOCUMENT_DEPTHS), written out with its reference body, sometimes followed by a few assert
-    lines showing calls."""
+    DOCUMENT_DEPTHS) with constants from the tasks' ranges or the wide ones (CONSTANTS),
+    written out with its reference body, sometimes followed by a few assert lines showing
+    calls."""
+    if constants not in CONSTANTS:
+        raise ValueError(f"constants must be one of {CONSTANTS}, got {constants!r}")
     rng = rng_for("ladder_document", split, seed, index)
     depth = rng.choices(list(DOCUMENT_DEPTHS), weights=list(DOCUMENT_DEPTHS.values()))[0]
-    task = make_ladder_task(rng.choice(structures("pretrain", depth)), random_name(rng, split), rng)
+    structure = rng.choice(structures("pretrain", depth))
+    task = make_ladder_task(structure, random_name(rng, split), rng, constants=constants)
     text = task.prompt + task.reference
     if rng.random() < USAGE_PROB:
         shown = rng.sample(task.task.cases, rng.randint(1, 3))

@@ -90,23 +90,29 @@ def mix_document(
     return corpora[name](rng.getrandbits(63))
 
 
-def tasks_document(index: int, seed: int, split: str = "train") -> str:
+def tasks_document(index: int, seed: int, split: str = "train", constants: str = "task") -> str:
     """The tasks corpus: LADDER_SHARE of its documents are tasks of the ladder's pretraining
-    structures (`ladder.ladder_document`), the rest the eight seed families."""
+    structures (`ladder.ladder_document`, with `constants`), the rest the eight seed
+    families."""
     if rng_for("tasks_corpus", split, seed, index).random() < LADDER_SHARE:
-        return ladder.ladder_document(index, seed, split)
+        return ladder.ladder_document(index, seed, split, constants)
     return code_tasks.task_document(index, seed, split)
 
 
 def make_corpus(
-    name: str, seed: int = 0, split: str = "train", weights: Mapping[str, float] | None = None
+    name: str,
+    seed: int = 0,
+    split: str = "train",
+    weights: Mapping[str, float] | None = None,
+    constants: str = "task",
 ) -> DocFn:
     """The document function of corpus `name`, index -> text.
 
     split "train" is what training reads; "eval" is its held-out counterpart: dev-split
     function names for tasks (seed families and the ladder's pretraining structures), the 32
     held-out structures for compositions, the held-out files for stdlib. `weights` (mix only,
-    default MIX_WEIGHTS) are per-document probabilities.
+    default MIX_WEIGHTS) are per-document probabilities; `constants` the range of the ladder
+    documents' constants (`ladder.CONSTANTS`).
     """
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
@@ -116,7 +122,9 @@ def make_corpus(
         raise ValueError(f"weights apply to the mix corpus only, not {name!r}")
     held_out = split == "eval"
     if name == "tasks":
-        return functools.partial(tasks_document, seed=seed, split="dev" if held_out else "train")
+        return functools.partial(
+            tasks_document, seed=seed, split="dev" if held_out else "train", constants=constants
+        )
     if name == "compositions":
         structures = compositions.HELDOUT_STRUCTURES if held_out else compositions.TRAIN_STRUCTURES
         return functools.partial(
@@ -133,7 +141,7 @@ def make_corpus(
             f"mix weights must be non-negative over {CORPORA[:-1]} with a positive "
             f"sum, got {weights}"
         )
-    parts = {n: make_corpus(n, seed, split) for n in weights if weights[n] > 0}
+    parts = {n: make_corpus(n, seed, split, constants=constants) for n in weights if weights[n] > 0}
     return functools.partial(
         mix_document, corpora=parts, weights={n: weights[n] for n in parts}, seed=seed
     )

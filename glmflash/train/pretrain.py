@@ -65,16 +65,20 @@ RUN = "run.json"
 
 def training_stream(cfg: PretrainConfig, dist: DistInfo, split: str = "train"):
     """The packed token stream of the chosen corpus for this rank. The dev stream ("eval")
-    always starts rows anywhere, so dev losses compare across `row_start`."""
+    always starts rows anywhere and draws the tasks' own constants, so dev losses compare
+    across `row_start` and `ladder_constants`."""
     from glmflash.data.stream import PackedStream, make_corpus
 
+    train = split == "train"
     return PackedStream(
-        make_corpus(cfg.corpus, cfg.seed, split=split),
+        make_corpus(
+            cfg.corpus, cfg.seed, split, constants=cfg.ladder_constants if train else "task"
+        ),
         seq_len=cfg.seq_len,
         seed=cfg.seed,
         rank=dist.rank,
         world_size=dist.world_size,
-        row_start=cfg.row_start if split == "train" else "anywhere",
+        row_start=cfg.row_start if train else "anywhere",
     )
 
 

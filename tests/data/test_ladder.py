@@ -224,15 +224,16 @@ def test_heldout_phrasings_and_structures_never_reach_training_text(monkeypatch)
     used: list[str] = []
     real = L.make_ladder_task
 
-    def recording(structure, word, rng, heldout_phrasing=False):
+    def recording(structure, word, rng, heldout_phrasing=False, constants="task"):
         used.append(structure.group)
         assert not heldout_phrasing
-        return real(structure, word, rng, heldout_phrasing)
+        return real(structure, word, rng, heldout_phrasing, constants)
 
     monkeypatch.setattr(L, "make_ladder_task", recording)
     tasks_corpus = make_corpus("tasks", seed=0)
     mix_corpus = make_corpus("mix", seed=1)
     texts = [L.ladder_document(i, seed=2) for i in range(1500)]
+    texts += [L.ladder_document(i, seed=3, constants="wide") for i in range(500)]
     texts += [tasks_corpus(i) for i in range(1500)] + [mix_corpus(i) for i in range(600)]
     texts += [
         t.prompt
@@ -260,6 +261,27 @@ def test_ladder_documents_are_valid_python_of_train_names_and_deterministic():
         assert name.startswith("f_") and ct.split_of_name(name) == "train"
     assert L.ladder_document(0, seed=0) != L.ladder_document(0, seed=1)
     assert L.ladder_document(0, seed=0, split="dev") != L.ladder_document(0, seed=0)
+
+
+def test_wide_constants_reach_beyond_the_tasks_ranges_and_stay_correct():
+    beyond = 0
+    for s in L.structures("pretrain"):
+        task = L.make_ladder_task(s, "kavo", random.Random(s.name), constants="wide")
+        consts = comment_constants(task, s)
+        for step, c in zip(s.steps, consts, strict=True):
+            own = L.PRIMITIVES[step].consts
+            assert c is None or c in L.WIDE_CONSTANTS[own]
+            beyond += c is not None and c not in own
+        assert run_in_process(task, task.reference), task.prompt
+        assert all(oracle_value(s, consts, c.args) == c.expected for c in task.task.cases)
+    assert beyond > 100
+    assert all(set(own) < set(wide) for own, wide in L.WIDE_CONSTANTS.items())
+    docs = [L.ladder_document(i, 0) for i in range(50)]
+    assert docs != [L.ladder_document(i, 0, constants="wide") for i in range(50)]
+    wide_corpus, task_corpus = make_corpus("tasks", 0, constants="wide"), make_corpus("tasks", 0)
+    assert sum(wide_corpus(i) != task_corpus(i) for i in range(100)) > 40  # ladder documents
+    with pytest.raises(ValueError, match="constants"):
+        L.ladder_document(0, 0, constants="huge")
 
 
 def test_asserts_in_documents_hold():

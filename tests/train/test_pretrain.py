@@ -108,6 +108,18 @@ def test_a_wsd_branch_equals_the_run_from_scratch(tmp_path):
         )
 
 
+def test_data_settings_reach_the_training_stream_and_not_the_dev_stream():
+    plain = PretrainConfig(**FAST)
+    changed = PretrainConfig(**{**FAST, "row_start": "document", "ladder_constants": "wide"})
+    x, _ = training_stream(changed, DistInfo()).batch(0, 8)
+    assert (x[:, 0] == 1).all()  # every row starts at a document's bos
+    assert not torch.equal(x, training_stream(plain, DistInfo()).batch(0, 8)[0])
+    docs = training_stream(changed, DistInfo()).doc_fn, training_stream(plain, DistInfo()).doc_fn
+    assert sum(docs[0](i) != docs[1](i) for i in range(50)) > 20  # wide constants
+    dev = [training_stream(c, DistInfo(), "eval").batch(0, 8)[0] for c in (plain, changed)]
+    assert torch.equal(*dev)
+
+
 def test_tiny_run_learns_and_writes_everything(tmp_path):
     cfg = PretrainConfig(**{**FAST, "steps": 12, "lr": 1e-2, "ckpt_every": 6})
     summary = pretrain(cfg, tmp_path / "run", device="cpu")
