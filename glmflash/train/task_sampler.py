@@ -1,0 +1,136 @@
+"""Which tasks an RL step trains on: at the edge of competence, by each task's pass rate.
+
+A group of G completions of one task teaches only if its rewards differ: equal rewards give
+every completion advantage 0 (`policy_gradient.advantages`). With a binary reward and pass
+rate p, the reward's variance is p (1 - p) and a group has spread with probability
+1 - p^G - (1 - p)^G; both vanish at p = 0 and p = 1 and peak at p = 1/2. So the sampler keeps,
+for each task of a fixed pool, the count of its rollouts and of those that passed, estimates
+
+    p_hat = (passes + 1) / (trials + 2)      the posterior mean under a uniform Beta(1, 1)
+                                             prior: an untried task sits at 1/2
+
+and draws tasks without replacement with weight
+
+    w = p_hat (1 - p_hat) + FLOOR
+
+(the reward variance the estimate predicts). FLOOR keeps a task the policy never or always
+solves drawable: the policy moves under training, a task at 0 today may be at the edge
+later, and only a draw can tell.
+
+Dynamic sampling (DAPO, Yu et al. 2025; `EdgeSampler.fill`): the groups of a step without
+reward spread are dropped and replaced by new draws, up to a stated number of extra groups per
+step, so that the step trains on groups that carry a gradient. The class is bookkeeping only:
+the rollouts come from a callback, so it is tested without a model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Collection, Sequence
+from typing import NamedTuple
+
+FLOOR = 0.02  # weight a task keeps at an estimate of 0 or 1: 1/12 of the weight at p = 1/2
+HIST_BINS = 5  # pass-rate histogram of the pool: [0, .2), [.2, .4), ..., [.8, 1]
+
+
+class Group(NamedTuple):
+    """The outcome of one group: its rewards and how many of its completions passed."""
+
+    rewards: tuple[float, ...]
+    passes: int
+
+
+class Fill(NamedTuple):
+    """A step's draws in order (pool indices), whether each group was kept (it has reward
+    spread), and the number of sampling rounds."""
+
+    drawn: list[int]
+    kept: list[bool]
+    rounds: int
+
+
+def has_spread(rewards: Sequence[float]) -> bool:
+    return max(rewards) > min(rewards)
+
+
+class EdgeSampler:
+    """Pass counts of a pool of `size` tasks (by index) and the draws they weight."""
+
+    def __init__(self, size: int, floor: float = FLOOR) -> None:
+        if size < 1 or floor <= 0:
+            raise ValueError(f"a pool needs tasks and a positive floor, got {size}, {floor}")
+        self.passes = [0] * size
+        self.trials = [0] * size
+        self.floor = floor
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+    def record(self, index: int, passes: int, trials: int) -> None:
+        """Count `trials` more rollouts of task `index`, `passes` of which passed."""
+        if not 0 <= passes <= trials:
+            raise ValueError(f"passes must be in [0, trials], got {passes} of {trials}")
+        self.passes[index] += passes
+        self.trials[index] += trials
+
+    def estimates(self) -> list[float]:
+        """p_hat = (passes + 1) / (trials + 2) of every task."""
+        return [(s + 1) / (n + 2) for s, n in zip(self.passes, self.trials, strict=True)]
+
+    def weights(self) -> list[float]:
+        """w = p_hat (1 - p_hat) + floor of every task."""
+        return [p * (1 - p) + self.floor for p in self.estimates()]
+
+    def draw(self, n: int, rng: random.Random, exclude: Collection[int] = ()) -> list[int]:
+        """Up to `n` distinct tasks not in `exclude`, drawn without replacement in proportion
+        to their weights: the n largest keys u^(1 / w), u ~ U(0, 1] (Efraimidis and Spirakis
+        2006; compared as log(u) / w, which does not underflow), the same law as drawing by
+        weight one at a time among the tasks not yet drawn."""
+        keys = [(math.log(1 - rng.random()) / w, i) for i, w in enumerate(self.weights())]
+        return [i for _, i in sorted(keys, reverse=True) if i not in exclude][:n]
+
+    def fill(
+        self,
+        want: int,
+        max_redraws: int,
+        seed: int,
+        roll: Callable[[list[int], int], list[Group]],
+    ) -> Fill:
+        """Draw `want` tasks, roll them out (`roll(indices, attempt)` gives each one's Group;
+        attempt counts the step's sampling rounds from 0), count every rollout, and replace
+        the groups without spread by new draws (tasks not yet drawn this step) until `want`
+        are kept, the step has drawn `max_redraws` groups beyond `want`, or the pool is
+        spent."""
+        rng = random.Random(seed)
+        drawn: list[int] = []
+        kept: list[bool] = []
+        need, extra, rounds = want, max_redraws, 0
+        while need > 0:
+            batch = self.draw(need, rng, exclude=set(drawn))
+            if not batch:
+                break
+            groups = roll(batch, rounds)
+            rounds += 1
+            for i, group in zip(batch, groups, strict=True):
+                self.record(i, group.passes, len(group.rewards))
+                drawn.append(i)
+                kept.append(has_spread(group.rewards))
+            need = min(want - sum(kept), extra)
+            extra -= need
+        return Fill(drawn, kept, rounds)
+
+    def untried(self) -> int:
+        return self.trials.count(0)
+
+    def histogram(self, bins: int = HIST_BINS) -> list[int]:
+        """How many tried tasks have an observed pass rate passes / trials in each of `bins`
+        equal bins of [0, 1] (the last one closed)."""
+        counts = [0] * bins
+        for s, n in zip(self.passes, self.trials, strict=True):
+            if n:
+                counts[min(s * bins // n, bins - 1)] += 1  # exact: no rounding at edges
+        return counts
+
+
+__all__ = ["FLOOR", "HIST_BINS", "EdgeSampler", "Fill", "Group", "has_spread"]
