@@ -24,10 +24,14 @@ with the per-completion aggregation `agg`:
 With several updates on one batch of rollouts (update_epochs > 1), the log-probability is
 replaced by PPO's clipped ratio against the policy that sampled them (Schulman et al. 2017):
 
-    rho_it = exp(logp_it - logp_old_it),   term_it = min(rho_it A_i, clip(rho_it, 1-e, 1+e) A_i)
+    rho_it = exp(logp_it - logp_old_it)
+    term_it = min(rho_it A_i, clip(rho_it, 1 - e_lo, 1 + e_hi) A_i)
 
 whose gradient at rho = 1 equals A_i grad logp_it, and which stops pushing a token once its
-ratio has left [1 - e, 1 + e] in the direction the advantage favours.
+ratio has left [1 - e_lo, 1 + e_hi] in the direction the advantage favours. PPO has e_lo =
+e_hi; DAPO (Yu et al. 2025) raises e_hi alone (0.2, 0.28): the high side is where a token the
+old policy found unlikely gains probability, and with a small old probability a symmetric
+bound lets it grow only by a little, which collapses the policy's entropy.
 """
 
 from __future__ import annotations
@@ -102,15 +106,18 @@ def policy_surrogate(
     budget: int = 1,
     old_logp: Tensor | None = None,
     clip: float = 0.2,
+    clip_high: float | None = None,
 ) -> Surrogate:
     """-(1/N) sum_i agg_i(A_i * term_it) with term = logp (no old policy) or PPO's clipped
-    ratio against `old_logp`. N is len(adv)."""
+    ratio against `old_logp`, bounded to [1 - clip, 1 + clip_high] (clip_high None: clip).
+    N is len(adv)."""
     a = adv[:, None].to(logp.dtype)
     if old_logp is None:
         per_token, clipped = a * logp, 0.0
     else:
         ratio = torch.exp((logp - old_logp) * mask)
-        unclipped, bounded = ratio * a, ratio.clamp(1 - clip, 1 + clip) * a
+        high = clip if clip_high is None else clip_high
+        unclipped, bounded = ratio * a, ratio.clamp(1 - clip, 1 + high) * a
         per_token = torch.minimum(unclipped, bounded)
         hit = (bounded < unclipped) & mask
         clipped = float(hit.sum() / mask.sum().clamp_min(1))

@@ -90,6 +90,28 @@ def test_clipped_surrogate_by_hand():
     torch.testing.assert_close(logp.grad, torch.tensor([[0.0, -0.25], [0.0, 0.75]]))
 
 
+def test_asymmetric_clip_by_hand():
+    """DAPO's range [1 - 0.2, 1 + 0.28]: with A = +1, ratio 1.25 (past PPO's 1.2) still
+    pushes and 1.35 is held at 1.28; with A = -1, ratio 0.75 is held at 0.8 and 0.85 and 1.35
+    push. Clipped tokens give no gradient."""
+    old = torch.zeros(2, 3)
+    ratios = torch.tensor([[1.25, 1.35, 0.75], [0.75, 0.85, 1.35]], dtype=torch.float64)
+    logp = torch.log(ratios).requires_grad_()
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    out = policy_surrogate(logp, mask, adv, "sequence", old_logp=old, clip=0.2, clip_high=0.28)
+    # terms: 1.25, min(1.35, 1.28) = 1.28, 0.75; min(-0.75, -0.8) = -0.8, -0.85, -1.35
+    # loss = -((1.25 + 1.28 + 0.75) + (-0.8 - 0.85 - 1.35)) / 2 = -(3.28 - 3.0) / 2 = -0.14
+    assert float(out.loss.detach()) == pytest.approx(-0.14)
+    assert out.clip_fraction == pytest.approx(2 / 6)
+    out.loss.backward()
+    # d/dlogp of -(rho A) / 2 = -rho A / 2 where unclipped, 0 where clipped
+    expected = torch.tensor([[-0.625, 0.0, -0.375], [0.0, 0.425, 0.675]], dtype=torch.float64)
+    torch.testing.assert_close(logp.grad, expected)
+    symmetric = policy_surrogate(logp, mask, adv, "sequence", old_logp=old, clip=0.2)
+    assert float(symmetric.loss.detach()) == pytest.approx(-((1.2 + 1.2 + 0.75) - 3.0) / 2)
+
+
 def test_clipped_surrogate_at_ratio_one_has_the_reinforce_gradient():
     g = torch.Generator().manual_seed(1)
     logp = torch.randn(3, 5, generator=g).requires_grad_()
