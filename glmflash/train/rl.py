@@ -20,11 +20,19 @@ exp(ref - logp) - (ref - logp) - 1. The ptx option (InstructGPT's PPO-ptx) adds
 gamma * (next-token loss on a batch of the pretraining corpus) to every update: the KL term
 holds the policy near its start only on the trained prompts, while the pretraining loss holds
 it there on everything else, the untrained families included.
+
+Which tasks a step trains on is `sampler`'s: uniform takes the tasks of `rl_tasks` in order,
+each once; edge draws them from the same tasks as a pool, favouring those the policy sometimes
+solves (weight p(1 - p) + floor of each task's estimated pass rate), and replaces groups
+without reward spread by new draws, up to `max_redraws` extra groups a step (DAPO's dynamic
+sampling; `task_sampler`). Its counts come from the run's own rollouts (and an optional probe
+of the initial policy, `edge_probe`), so a resumed run draws as the uninterrupted one does.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import sys
@@ -68,11 +76,14 @@ from glmflash.train.runlog import (
     read_jsonl,
     trim_metrics,
 )
+from glmflash.train.task_sampler import EdgeSampler, Group
 from glmflash.train.tensorboard import Scalars
 
 SCOPES = ("last-block-head", "last-block", "all")
+SAMPLERS = ("uniform", "edge")
 OBJECTIVES = ("rloo", "sft")
 ROLLOUTS = "rollouts.jsonl"
+PROBE = "probe.jsonl"  # the edge sampler's samples of the initial policy (edge_probe > 0)
 PTX_SEQ_LEN = 128
 
 
@@ -134,7 +145,31 @@ class RLConfig:
     update_epochs: int = setting(
         1, "updates per batch of rollouts; above 1, PPO's clipped ratio against the sampling policy"
     )
-    clip: float = setting(0.2, "PPO's ratio range [1 - clip, 1 + clip] (update_epochs > 1)")
+    clip_low: float = setting(
+        0.2, "PPO's ratio range [1 - clip_low, 1 + clip_high] (update_epochs > 1): its low side"
+    )
+    clip_high: float = setting(
+        0.2,
+        "the ratio range's high side; above clip_low (DAPO's clip-higher: 0.2, 0.28) a token "
+        "the policy finds unlikely can gain more before the clip stops it",
+    )
+    sampler: str = setting(
+        "uniform",
+        "uniform: the tasks of rl_tasks in order, each once; edge: drawn from them by estimated "
+        "pass rate, weight p(1 - p) + floor, groups without reward spread dropped and "
+        "redrawn (task_sampler; objective rloo)",
+        SAMPLERS,
+    )
+    max_redraws: int = setting(
+        8,
+        "sampler edge: groups a step may draw beyond tasks_per_step to replace groups without "
+        "reward spread (DAPO's dynamic sampling; 0: drop them without refill)",
+    )
+    edge_probe: int = setting(
+        0,
+        "sampler edge: samples of every pool task drawn before training to start the pass-rate "
+        "estimates (0: each starts at the uniform prior, 1/2)",
+    )
     max_new_tokens: int = setting(
         MAX_NEW_TOKENS, "token budget of a rollout (the ladder's step-by-step bodies need the room)"
     )
@@ -185,10 +220,17 @@ class RLConfig:
                 f"one of {', '.join(AGGREGATIONS)}, got {self.advantage!r}, "
                 f"{self.aggregation!r}"
             )
-        if self.update_epochs < 1 or not 0 < self.clip < 1:
+        if self.update_epochs < 1 or not 0 < self.clip_low < 1 or self.clip_high <= 0:
             raise ValueError(
-                f"update epochs must be positive and clip in (0, 1), got "
-                f"{self.update_epochs}, {self.clip}"
+                f"update epochs must be positive, clip_low in (0, 1) and clip_high positive, "
+                f"got {self.update_epochs}, {self.clip_low}, {self.clip_high}"
+            )
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.max_redraws < 0 or self.edge_probe < 0:
+            raise ValueError(
+                f"max redraws and edge probe must be non-negative, got {self.max_redraws}, "
+                f"{self.edge_probe}"
             )
 
 
@@ -374,6 +416,9 @@ def train_rl(
     trim_metrics(out / METRICS, start)
     trim_metrics(out / ROLLOUTS, start)
     order = rl_tasks(cfg)
+    edge = None
+    if cfg.sampler == "edge" and cfg.objective == "rloo":
+        edge = edge_pool(learner, order, start)
     dev = dev_tasks(cfg)
     best = _best_so_far(out)
     evals = [r["dev_pass1"] for r in read_jsonl(out / METRICS) if "dev_pass1" in r]
@@ -381,7 +426,7 @@ def train_rl(
         best["last"] = evals[-1]
     if start == 0 and best is None:
         best = _evaluate_dev(model, dev, cfg, out, 0, None)
-    step = rl_step if cfg.objective == "rloo" else sft_step
+    step = functools.partial(rl_step, edge=edge) if cfg.objective == "rloo" else sft_step
     bar = Progress(cfg.groups, start, enabled=progress, unit="group", desc="rl")
     scalars = Scalars(out, purge_step=start)
     t0, n_rollouts, summary = time.perf_counter(), 0, {"trainable_parameters": trainable}
@@ -390,7 +435,8 @@ def train_rl(
         batch = order[g : min(cfg.groups, g + cfg.tasks_per_step)]
         stats = step(learner, batch, g)
         g += len(batch)
-        n_rollouts += len(batch) * (cfg.group_size if cfg.objective == "rloo" else 1)
+        drawn = stats.get("groups_drawn", len(batch))
+        n_rollouts += drawn * (cfg.group_size if cfg.objective == "rloo" else 1)
         stats.update(step=g, rollouts_per_s=n_rollouts / (time.perf_counter() - t0))
         if g % cfg.eval_every < len(batch) or g == cfg.groups:
             best = _evaluate_dev(model, dev, cfg, out, g, best)
@@ -414,9 +460,60 @@ def train_rl(
         best_dev=best,
         rollouts_per_s=n_rollouts / (time.perf_counter() - t0),
     )
+    if edge is not None:
+        summary.update(
+            groups_drawn=sum(r["groups_drawn"] for r in rows),
+            groups_kept=sum(r["groups_kept"] for r in rows),
+        )
     plot_rl(rows, out / "rl.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def edge_pool(learner: Learner, pool: list[CodeTask], start: int) -> EdgePool:
+    """The edge sampler over `pool` (rl_tasks: the ladder's RL structures and the seed
+    families), its counts rebuilt from the run's files: the probe (drawn afresh when the run
+    starts at group 0) and the rollouts up to `start`, so a resumed run draws as the
+    uninterrupted one does."""
+    out, cfg = learner.out, learner.cfg
+    if start == 0:
+        (out / PROBE).unlink(missing_ok=True)
+        if cfg.edge_probe > 0:
+            probe(learner, pool, out / PROBE)
+    sampler = EdgeSampler(len(pool))
+    index = {(t.family, t.name): i for i, t in enumerate(pool)}
+    for path in (out / PROBE, out / ROLLOUTS):
+        for r in read_jsonl(path):
+            sampler.record(index[r["family"], r["task"]], int(r["status"] == "pass"), 1)
+    return EdgePool(pool, sampler)
+
+
+def probe(learner: Learner, pool: list[CodeTask], path: Path) -> None:
+    """cfg.edge_probe samples of every task of `pool` by the initial policy, verified and
+    written to `path`: the edge sampler's first pass counts."""
+    from glmflash.verify import verify_many
+
+    cfg = learner.cfg
+    owners = [t for t in pool for _ in range(cfg.edge_probe)]
+    completions = generate(
+        learner.model,
+        [t.prompt for t in owners],
+        cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=derive_seed("probe", cfg.seed),
+    )
+    verdicts = verify_many(
+        [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)],
+        [t.task for t in owners],
+    )
+    rows = [
+        {"task": t.name, "family": t.family, "completion": c.text, "status": v.status}
+        for t, c, v in zip(owners, completions, verdicts, strict=True)
+    ]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
 
 
 def ptx_stream(cfg: RLConfig, context: int):
@@ -465,11 +562,17 @@ def make_learner(model: GLMFlash, cfg: RLConfig, out: Path) -> Learner:
 
 
 def sample_rollouts(
-    model: GLMFlash, batch: list[CodeTask], g0: int, cfg: RLConfig, use_cache: bool = True
+    model: GLMFlash,
+    batch: list[CodeTask],
+    g0: int,
+    cfg: RLConfig,
+    use_cache: bool = True,
+    attempt: int = 0,
 ) -> list[Completion]:
     """The step's cfg.group_size samples of each task of `batch`, task by task, in one call:
     all the step's rows decode as one batch (`generate`); the seed is the step's first group index
-    g0, so resuming at a step boundary reproduces the samples. use_cache=False: the same
+    g0 (and, after the step's first, its sampling `attempt`: the edge sampler's redraws),
+    so resuming at a step boundary reproduces the samples. use_cache=False: the same
     draws with the prefix recomputed for every token (the benchmark's baseline)."""
     return generate(
         model,
@@ -477,22 +580,34 @@ def sample_rollouts(
         cfg.max_new_tokens,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
-        seed=derive_seed("rl", cfg.seed, g0),
+        seed=derive_seed("rl", cfg.seed, g0)
+        if attempt == 0
+        else derive_seed("rl", cfg.seed, g0, attempt),
         use_cache=use_cache,
     )
 
 
-def rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
-    """Sample, verify and reward G completions for each task of `batch`; update; the step's
-    health figures. One piece on purpose: the rollouts file, the rewards and the figures are
-    written from the same records as they are made."""
+class Rollouts(NamedTuple):
+    """Groups of verified samples: each row's task (group_size rows per task, task by task),
+    completion and verdict, the rewards [tasks, group_size], and the seconds spent sampling
+    and verifying."""
+
+    owners: list[CodeTask]
+    completions: list[Completion]
+    verdicts: list[Any]
+    rewards: Tensor
+    sample_seconds: float
+    verify_seconds: float
+
+
+def roll_out(learner: Learner, batch: list[CodeTask], g0: int, attempt: int = 0) -> Rollouts:
+    """Sample cfg.group_size completions of each task of `batch`, verify and reward them."""
     from glmflash.verify import verify_many
 
-    model, cfg, out = learner.model, learner.cfg, learner.out
+    cfg = learner.cfg
     owners = [task for task in batch for _ in range(cfg.group_size)]
     t0 = time.perf_counter()
-    completions = sample_rollouts(model, batch, g0, cfg)
-    prompts = [c.prompt_ids for c in completions]
+    completions = sample_rollouts(learner.model, batch, g0, cfg, attempt=attempt)
     t1 = time.perf_counter()
     verdicts = verify_many(
         [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)],
@@ -500,25 +615,76 @@ def rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
     )
     t2 = time.perf_counter()
     rewards = torch.tensor([reward_of(v, cfg) for v in verdicts], dtype=torch.float64)
-    rewards = rewards.view(len(batch), -1)
+    return Rollouts(owners, completions, verdicts, rewards.view(len(batch), -1), t1 - t0, t2 - t1)
+
+
+class EdgePool(NamedTuple):
+    """The edge sampler's pool of tasks and its pass counts, by pool index."""
+
+    tasks: list[CodeTask]
+    sampler: EdgeSampler
+
+
+def edge_draws(learner: Learner, edge: EdgePool, want: int, g0: int) -> tuple[Rollouts, list[bool]]:
+    """`want` groups drawn from the pool at the edge of competence with dynamic sampling
+    (`EdgeSampler.fill`): every drawn group's rollouts, and whether each is kept (has spread)."""
+    cfg, parts = learner.cfg, []
+
+    def roll(indices: list[int], attempt: int) -> list[Group]:
+        part = roll_out(learner, [edge.tasks[i] for i in indices], g0, attempt)
+        parts.append(part)
+        G = cfg.group_size
+        passed = [v.status == "pass" for v in part.verdicts]
+        return [
+            Group(tuple(part.rewards[k].tolist()), sum(passed[k * G : (k + 1) * G]))
+            for k in range(len(indices))
+        ]
+
+    fill = edge.sampler.fill(want, cfg.max_redraws, derive_seed("edge", cfg.seed, g0), roll)
+    merged = Rollouts(
+        [t for p in parts for t in p.owners],
+        [c for p in parts for c in p.completions],
+        [v for p in parts for v in p.verdicts],
+        torch.cat([p.rewards for p in parts]),
+        sum(p.sample_seconds for p in parts),
+        sum(p.verify_seconds for p in parts),
+    )
+    return merged, fill.kept
+
+
+def rl_step(
+    learner: Learner, batch: list[CodeTask], g0: int, edge: EdgePool | None = None
+) -> dict[str, Any]:
+    """Sample, verify and reward G completions for each task of `batch`; update; the step's
+    health figures. With `edge` (sampler edge), the step draws len(batch) tasks from the
+    edge pool instead (`edge_draws`): every drawn rollout is written (with `kept`) and counted
+    in the figures, and the update sees the kept groups only, so its mean runs over their
+    completions. One piece on purpose: the rollouts file, the rewards and the figures are
+    written from the same records as they are made."""
+    model, cfg, out = learner.model, learner.cfg, learner.out
+    if edge is None:
+        rolled, kept = roll_out(learner, batch, g0), [True] * len(batch)
+    else:
+        rolled, kept = edge_draws(learner, edge, len(batch), g0)
+    owners, completions, verdicts, rewards = rolled[:4]
+    G = cfg.group_size
     adv = advantages(rewards, cfg.advantage, cfg.normalize_std).flatten()
     no_spread = int((rewards.max(-1).values == rewards.min(-1).values).sum())
     for i, (t, c, v) in enumerate(zip(owners, completions, verdicts, strict=True)):
-        append_jsonl(
-            out / ROLLOUTS,
-            {
-                "step": g0 + i // cfg.group_size + 1,
-                "task": t.name,
-                "family": t.family,
-                "prompt": t.prompt,
-                "completion": c.text,
-                "status": v.status,
-                "passed": v.passed,
-                "total": v.total,
-                "reward": float(rewards.flatten()[i]),
-                "advantage": float(adv[i]),
-            },
-        )
+        row = {
+            "step": g0 + i // G + 1 if edge is None else g0 + len(batch),
+            "task": t.name,
+            "family": t.family,
+            "prompt": t.prompt,
+            "completion": c.text,
+            "status": v.status,
+            "passed": v.passed,
+            "total": v.total,
+            "reward": float(rewards.flatten()[i]),
+            "advantage": float(adv[i]),
+        }
+        append_jsonl(out / ROLLOUTS, row if edge is None else {**row, "kept": kept[i // G]})
+    rows = [i for i in range(len(completions)) if kept[i // G]]
     ptx = learner.ptx
     lm_batch = ptx.batch(g0 // cfg.tasks_per_step, cfg.ptx_batch) if ptx is not None else None
     t3 = time.perf_counter()
@@ -527,29 +693,37 @@ def rl_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
         learner.reference,
         learner.optimizer,
         learner.params,
-        prompts,
-        completions,
-        adv,
+        [completions[i].prompt_ids for i in rows],
+        [completions[i] for i in rows],
+        adv[rows],
         cfg,
         lm_batch,
     )
     t4 = time.perf_counter()
     statuses = [v.status for v in verdicts]
-    return {
+    stats = {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
         "pass_rate": statuses.count("pass") / len(statuses),
         "invalid_rate": sum(s in ("invalid", "timeout", "crash") for s in statuses) / len(statuses),
         "no_spread": no_spread,
-        "no_spread_share": no_spread / len(batch),
+        "no_spread_share": no_spread / len(kept),
         **update,
         "mean_len": sum(len(c.ids) for c in completions) / len(completions),
         "truncation_rate": sum(c.stop == "length" for c in completions) / len(completions),
         # where the step's time went (the rest: rewards and the rollouts file)
-        "sample_seconds": t1 - t0,
-        "verify_seconds": t2 - t1,
+        "sample_seconds": rolled.sample_seconds,
+        "verify_seconds": rolled.verify_seconds,
         "update_seconds": t4 - t3,
     }
+    if edge is not None:
+        stats.update(
+            groups_drawn=len(kept),
+            groups_kept=sum(kept),
+            pool_pass_hist=edge.sampler.histogram(),
+            pool_untried=edge.sampler.untried(),
+        )
+    return stats
 
 
 def sft_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]:
@@ -631,7 +805,8 @@ def policy_update(
             cfg.aggregation,
             budget,
             old,
-            cfg.clip,
+            cfg.clip_low,
+            cfg.clip_high,
         )
         clip_fractions.append(surrogate.clip_fraction)
         loss = surrogate.loss

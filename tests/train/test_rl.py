@@ -3,6 +3,7 @@ resume after a kill, checkpoint selection."""
 
 import json
 import math
+from fractions import Fraction
 from types import SimpleNamespace
 
 import pytest
@@ -694,3 +695,134 @@ def test_best_checkpoint_ties_go_to_the_later_one(tmp_path, monkeypatch):
     saved = load_file(str(tmp_path / "best" / "model.safetensors"))
     assert torch.equal(saved["embedding.weight"], chosen[4])
     assert _best_so_far(tmp_path) == {"group": 4, "dev_pass1": 0.5, "last": 0.5}
+
+
+def test_policy_update_passes_the_asymmetric_clip(monkeypatch):
+    """clip_low and clip_high reach the PPO surrogate as its low and high sides."""
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(args[-2:])
+        return policy_surrogate(*args, **kwargs)
+
+    monkeypatch.setattr("glmflash.train.rl.policy_surrogate", spy)
+    model = tiny_model(3)
+    comps = generate(model, ["def f(a):"] * 2, max_new_tokens=4, temperature=1.0, seed=0)
+    params = list(model.parameters())
+    cfg = RLConfig(update_epochs=2, clip_low=0.1, clip_high=0.3)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    policy_update(
+        model,
+        None,
+        rl_optimizer(params, cfg),
+        params,
+        [c.prompt_ids for c in comps],
+        comps,
+        adv,
+        cfg,
+    )
+    assert seen == [(0.1, 0.3)] * 2
+    assert RLConfig().clip_low == RLConfig().clip_high == 0.2  # symmetric unless asked
+
+
+def test_edge_sampler_run_drops_refills_and_resumes_exactly(tmp_path, monkeypatch, capsys):
+    """rl --sampler edge on the tiny preset (a stand-in verifier under which the double
+    family never passes, so its groups have no spread): every step logs groups drawn and kept,
+    the share without spread and the pool's pass-rate histogram, which equal a direct count of
+    the probe and rollouts files; kept groups are exactly those with spread, the update sees
+    only them, a step draws at most max_redraws extra groups and stops early only at that
+    limit. Killed in its second step and resumed, the run writes what the uninterrupted one
+    does (the sampler's counts are rebuilt from the files)."""
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", context=192))  # room for the ladder's prompts
+    with torch.no_grad():  # far from uniform, so completions differ and rewards spread
+        model.embedding.weight.mul_(4)
+    save_model(tmp_path / "ck", model)
+    G, per_step, limit = 3, 2, 3
+    flags = (
+        f"--groups 6 --group-size {G} --tasks-per-step {per_step} --max-redraws {limit} "
+        "--edge-probe 2 --families double,even --ladder-share 0.5 --max-new-tokens 8 "
+        "--eval-every 6 --dev-per-family 1 --dev-ladder 1 --scope all --device cpu"
+    ).split()
+    cfg = RLConfig(
+        groups=6, group_size=G, tasks_per_step=per_step, max_redraws=limit, edge_probe=2,
+        families=("double", "even"), ladder_share=0.5, max_new_tokens=8, eval_every=6,
+        dev_per_family=1, dev_ladder=1, scope="all", sampler="edge",
+    )  # fmt: skip
+    pool = rl_tasks(cfg)
+    never = {t.name for t in pool if t.family == "double"}
+
+    def verdicts(sources, tasks):
+        return [
+            Verdict("fail", 0, 1) if t.entry_point in never else v
+            for v, t in zip(length_verdicts(sources, tasks), tasks, strict=True)
+        ]
+
+    monkeypatch.setattr("glmflash.verify.verify_many", verdicts)
+    monkeypatch.setattr(
+        "glmflash.train.rl.evaluate_tasks", lambda *a, **k: SimpleNamespace(pass_rate=0.0)
+    )
+    updated = []
+
+    def recorded(*args, **kwargs):
+        updated.append(len(args[5]))  # the completions the update sees
+        return policy_update(*args, **kwargs)
+
+    def dies_in_step_2(*args, **kwargs):
+        if len(updated) == 1:
+            raise Killed
+        return recorded(*args, **kwargs)
+
+    monkeypatch.setattr("glmflash.train.rl.policy_update", recorded)
+    run = ["rl", "--init", str(tmp_path / "ck"), "--sampler", "edge", *flags]
+    assert main([*run, "--out", str(tmp_path / "whole")]) == 0
+    whole = tmp_path / "whole"
+    assert json.loads((whole / "run.json").read_text())["rl"]["sampler"] == "edge"
+    probe = [json.loads(line) for line in (whole / "probe.jsonl").open()]
+    rollouts = [json.loads(line) for line in (whole / "rollouts.jsonl").open()]
+    metrics = [json.loads(line) for line in (whole / "metrics.jsonl").open()]
+    assert len(probe) == 2 * len(pool) == 12 and len(metrics) == 3
+    assert updated == [G * m["groups_kept"] for m in metrics]
+    counts = {(t.family, t.name): [0, 0] for t in pool}
+    for r in probe:
+        counts[r["family"], r["task"]][1] += 1
+        counts[r["family"], r["task"]][0] += r["status"] == "pass"
+    for m in metrics:
+        rows = [r for r in rollouts if r["step"] == m["step"]]
+        assert len(rows) == G * m["groups_drawn"]
+        groups = [rows[k : k + G] for k in range(0, len(rows), G)]
+        spread = [len({r["reward"] for r in g}) > 1 for g in groups]
+        assert [g[0]["kept"] for g in groups] == spread
+        assert all(len({r["kept"] for r in g}) == 1 for g in groups)
+        assert m["groups_kept"] == sum(spread) and m["no_spread"] == len(groups) - sum(spread)
+        assert m["no_spread_share"] == m["no_spread"] / m["groups_drawn"]
+        assert m["groups_drawn"] <= per_step + limit
+        assert m["groups_kept"] == per_step or m["groups_drawn"] == per_step + limit
+        for r in rows:
+            counts[r["family"], r["task"]][1] += 1
+            counts[r["family"], r["task"]][0] += r["status"] == "pass"
+        tried = [Fraction(s, n) for s, n in counts.values() if n]
+        assert m["pool_untried"] == len(pool) - len(tried)
+        assert m["pool_pass_hist"] == [
+            sum(k <= p * 5 < k + 1 or (p == 1 and k == 4) for p in tried) for k in range(5)
+        ]
+    assert any(m["no_spread"] for m in metrics) and all(m["groups_kept"] for m in metrics)
+    assert not any(r["kept"] for r in rollouts if r["task"] in never)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["groups_drawn"] == sum(m["groups_drawn"] for m in metrics)
+
+    monkeypatch.setattr("glmflash.train.rl.policy_update", dies_in_step_2)
+    updated.clear()
+    with pytest.raises(Killed):
+        main([*run, "--out", str(tmp_path / "killed")])
+    monkeypatch.setattr("glmflash.train.rl.policy_update", recorded)
+    assert main([*run, "--out", str(tmp_path / "killed"), "--resume"]) == 0
+
+    def rows(folder: str, name: str) -> list[dict]:
+        return [
+            {k: v for k, v in json.loads(line).items() if not k.endswith(("_per_s", "_seconds"))}
+            for line in (tmp_path / folder / name).open()
+        ]
+
+    for name in ("probe.jsonl", "rollouts.jsonl", "metrics.jsonl"):
+        assert rows("killed", name) == rows("whole", name), name
