@@ -277,7 +277,10 @@ class Pipeline:
         vision: VisionStage,
     ) -> dict[str, Any]:
         """results.json: every stage's figures, before and after RL side by side."""
+        from glmflash.evaluate.rungs import COMPETENCE_BAR, clears_bar
+
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
+        tokens_per_step = self.plan.pretrain.batch_size * self.plan.pretrain.seq_len
         wall = {k: round(v.wall_seconds, 1) for k, v in stages.items()}
         wall["total"] = round(sum(wall.values()), 1)
         if before.sampling != after.sampling:
@@ -300,7 +303,13 @@ class Pipeline:
             "peak_memory_bytes": usage * 1024,
             "pretrain": {
                 **{k: pre.summary.get(k) for k in ("steps", "dev_loss", "loss", "tokens_per_s")},
+                "tokens": self.plan.pretrain.steps * tokens_per_step,
+                "schedule": self.plan.pretrain.schedule,
                 "selected": pre.selected,
+            },
+            "competence_bar": {
+                "bar": {r: f"{op} {share:.0%}" for r, (op, share) in COMPETENCE_BAR.items()},
+                "cleared_on_confirm": clears_bar(before.ladder),
             },
             "rl": {
                 "greedy_pass1_trained": side_by_side(lambda s: s.greedy_pass1_trained),

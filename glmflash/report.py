@@ -112,6 +112,13 @@ def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
             f"{fmt(v['after']) if v['after'] else '-'} | {change} | "
             f"{ci(v['after']) if v['after'] else '-'} |"
         )
+    lines.append("")
+    if bar := results.get("competence_bar"):
+        lines.append(
+            f"Competence bar before RL ({', '.join(f'{r} {c}' for r, c in bar['bar'].items())}): "
+            f"{'cleared' if bar['cleared_on_confirm'] else 'not cleared'} after "
+            f"{results['pretrain']['tokens']:,} pretraining tokens."
+        )
     return lines + ["", "![ladder](ladder.png)", ""]
 
 

@@ -3,7 +3,7 @@
 import json
 
 from glmflash.cli import main
-from glmflash.evaluate.rungs import RUNGS
+from glmflash.evaluate.rungs import RUNGS, clears_bar
 
 
 def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
@@ -41,6 +41,11 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     assert report.index("## The task ladder") < report.index("## Seed families")
     assert all(f"| {rung} |" in report for rung in RUNGS)
     assert (out / "ladder.png").stat().st_size > 0
+    before = {rung: v["before"] for rung, v in results["ladder"].items()}
+    assert results["competence_bar"]["cleared_on_confirm"] == clears_bar(before)
+    assert results["pretrain"]["tokens"] == 6 * 4 * 64  # the quick plan's steps x batch x seq
+    bar_line = "cleared after" if clears_bar(before) else "not cleared after"
+    assert f"{bar_line} 1,536 pretraining tokens" in report
     ladder_json = json.loads((out / "before" / "ladder.json").read_text())
     assert sum(n for _, n in ladder_json["per_family"].values()) == 2 * len(RUNGS)
     capsys.readouterr()

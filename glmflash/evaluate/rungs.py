@@ -27,6 +27,24 @@ SEED_RUNGS = {
 }  # rung -> name style
 RUNGS: tuple[str, ...] = (*ladder.RUNGS, *SEED_RUNGS)
 HELDOUT_RUNGS = ("depth1_heldout_phrasings", "unseen_depth2", "unseen_depth3")
+# The competence bar: the ladder has headroom for RL once the model writes half of the depth-1
+# tasks and leaves the floor on every held-out rung (rung -> comparison, share of its tasks).
+COMPETENCE_BAR = {
+    "depth1": (">=", 0.50),
+    "depth1_heldout_phrasings": (">=", 0.15),
+    "unseen_depth2": (">=", 0.15),
+    "unseen_depth3": (">", 0.0),
+}
+
+
+def clears_bar(rungs: dict[str, Sequence[float]], bar: dict = COMPETENCE_BAR) -> bool:
+    """Whether rung -> [solved, n] meets every line of the bar."""
+    for rung, (op, share) in bar.items():
+        solved, n = rungs[rung]
+        rate = solved / n
+        if not (rate >= share if op == ">=" else rate > share):
+            return False
+    return True
 
 
 def parse_rungs(text: str) -> tuple[str, ...]:

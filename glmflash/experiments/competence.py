@@ -33,18 +33,13 @@ import torch
 
 from glmflash.config import PretrainConfig
 from glmflash.errors import CLIError
-from glmflash.evaluate.rungs import evaluate_rungs, rung_tasks
+from glmflash.evaluate.rungs import COMPETENCE_BAR as BAR
+from glmflash.evaluate.rungs import clears_bar, evaluate_rungs, rung_tasks
 from glmflash.flags import with_setting
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
 from glmflash.tokenizer import encode
 
-BAR = {  # rung -> (comparison, share of its tasks)
-    "depth1": (">=", 0.50),
-    "depth1_heldout_phrasings": (">=", 0.15),
-    "unseen_depth2": (">=", 0.15),
-    "unseen_depth3": (">", 0.0),
-}
 RUNGS = (
     "depth1",
     "depth1_heldout_phrasings",
@@ -57,19 +52,9 @@ RUNGS = (
 TABLE = "table.json"
 
 
-def clears_bar(rungs: dict[str, Sequence[float]]) -> bool:
-    """Whether rung -> [solved, n] clears every line of BAR."""
-    for rung, (op, share) in BAR.items():
-        solved, n = rungs[rung]
-        rate = solved / n
-        if not (rate >= share if op == ">=" else rate > share):
-            return False
-    return True
-
-
-def tokens_to_bar(points: Sequence[dict[str, Any]]) -> int | None:
+def tokens_to_bar(points: Sequence[dict[str, Any]], bar: dict = BAR) -> int | None:
     """The fewest tokens among the points (each {"tokens", "rungs"}) that clear the bar."""
-    cleared = [p["tokens"] for p in points if clears_bar(p["rungs"])]
+    cleared = [p["tokens"] for p in points if clears_bar(p["rungs"], bar)]
     return min(cleared) if cleared else None
 
 
@@ -107,6 +92,7 @@ def measure(
     per_rung: int = 32,
     rungs: Sequence[str] = RUNGS,
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    bar: dict = BAR,
 ) -> dict[str, Any]:
     """Train the stable run and its branches into `out`, evaluate every budget, and return the
     table row. Every piece is skipped once done, so an interrupted call resumes."""
@@ -150,7 +136,7 @@ def measure(
     record = json.loads((out / "stable" / RUN).read_text())
     return {
         "seed": cfg.seed,
-        "tokens_to_bar": tokens_to_bar(points),
+        "tokens_to_bar": tokens_to_bar(points, bar),
         "tokens_per_s": summary.get("tokens_per_s"),
         "machine": record.get("machines", [{}])[0],
         "pretrain": cfg.to_dict(),

@@ -65,20 +65,19 @@ RUN = "run.json"
 
 def training_stream(cfg: PretrainConfig, dist: DistInfo, split: str = "train"):
     """The packed token stream of the chosen corpus for this rank. The dev stream ("eval")
-    always starts rows anywhere and draws the tasks' own constants, so dev losses compare
-    across `row_start` and `ladder_constants`."""
+    draws the tasks' own constants whatever `ladder_constants` trains on, and starts its rows
+    where training does (a model trained on rows from a document's start has never seen a row
+    begin mid-document, and nothing it is asked to complete does)."""
     from glmflash.data.stream import PackedStream, make_corpus
 
-    train = split == "train"
+    constants = cfg.ladder_constants if split == "train" else "task"
     return PackedStream(
-        make_corpus(
-            cfg.corpus, cfg.seed, split, constants=cfg.ladder_constants if train else "task"
-        ),
+        make_corpus(cfg.corpus, cfg.seed, split, constants=constants),
         seq_len=cfg.seq_len,
         seed=cfg.seed,
         rank=dist.rank,
         world_size=dist.world_size,
-        row_start=cfg.row_start if train else "anywhere",
+        row_start=cfg.row_start,
     )
 
 

@@ -18,6 +18,8 @@ declare -A LEVERS=(
     [batch16]="--batch-size 16 --steps 320"
     [mtp]="--model-option mtp=true"
     [indexer]="--model-option sparse_kind=indexer"
+    [elu_conv]="--model-option elu_conv=true"
+    [wide_constants]="--ladder-constants wide"
 )
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(baseline row_start_document delta lr4e-3 window128 lr8e-3 batch16 mtp indexer)

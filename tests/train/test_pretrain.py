@@ -116,8 +116,10 @@ def test_data_settings_reach_the_training_stream_and_not_the_dev_stream():
     assert not torch.equal(x, training_stream(plain, DistInfo()).batch(0, 8)[0])
     docs = training_stream(changed, DistInfo()).doc_fn, training_stream(plain, DistInfo()).doc_fn
     assert sum(docs[0](i) != docs[1](i) for i in range(50)) > 20  # wide constants
-    dev = [training_stream(c, DistInfo(), "eval").batch(0, 8)[0] for c in (plain, changed)]
-    assert torch.equal(*dev)
+    wide = PretrainConfig(**{**FAST, "ladder_constants": "wide"})
+    dev = [training_stream(c, DistInfo(), "eval").batch(0, 8)[0] for c in (plain, wide)]
+    assert torch.equal(*dev)  # the tasks' own constants
+    assert (training_stream(changed, DistInfo(), "eval").batch(0, 8)[0][:, 0] == 1).all()
 
 
 def test_tiny_run_learns_and_writes_everything(tmp_path):
