@@ -1,16 +1,15 @@
 """The screening table: one row per lever of screen.sh, from its run folder: dev loss on rows
 that start anywhere and on rows that start at a document (the one a lever trained on is not
 the other's), tokens/s, greedy pass@1 per rung (dev, 32 tasks) and the reference bodies' loss
-on the held-out rungs (both computed once from the checkpoint and kept beside it). Run from the repository root after
-screen.sh:
+on the held-out rungs (both computed once from the checkpoint and kept beside it). Run from the
+repository root after screen.sh:
     python results/competence/screen_table.py runs/screen > results/competence/screen.md
 """
 
 import json
 import sys
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 from glmflash.config import PretrainConfig
 from glmflash.experiments.competence import RUNGS, body_loss
