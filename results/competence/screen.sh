@@ -8,21 +8,25 @@
 set -euo pipefail
 out=${1:-runs/screen}
 shift || true
+# Rows named doc+X change lever X on top of row_start=document, the first clear winner.
+D="--row-start document"
 declare -A LEVERS=(
     [baseline]=""
-    [row_start_document]="--row-start document"
+    [row_start_document]="$D"
     [delta]="--model-option linear_kind=delta"
-    [lr4e-3]="--lr 4e-3"
-    [lr8e-3]="--lr 8e-3"
-    [window128]="--model-option sparse_window=128"
-    [batch16]="--batch-size 16 --steps 320"
-    [mtp]="--model-option mtp=true"
-    [indexer]="--model-option sparse_kind=indexer"
-    [elu_conv]="--model-option elu_conv=true"
-    [wide_constants]="--ladder-constants wide"
+    [doc+lr4e-3]="$D --lr 4e-3"
+    [doc+lr8e-3]="$D --lr 8e-3"
+    [doc+elu_conv]="$D --model-option elu_conv=true"
+    [doc+wide_constants]="$D --ladder-constants wide"
+    [doc+window128]="$D --model-option sparse_window=128"
+    [doc+batch16]="$D --batch-size 16 --steps 320"
+    [doc+mtp]="$D --model-option mtp=true"
+    [doc+indexer]="$D --model-option sparse_kind=indexer"
+    [doc+delta]="$D --model-option linear_kind=delta"
 )
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(baseline row_start_document delta lr4e-3 window128 lr8e-3 batch16 mtp indexer)
+[ ${#names[@]} -eq 0 ] && names=(baseline row_start_document doc+lr4e-3 doc+elu_conv
+    doc+wide_constants doc+window128 doc+lr8e-3 doc+batch16 doc+mtp doc+indexer doc+delta)
 for name in "${names[@]}"; do
     run="$out/$name"
     [ -f "$run/eval.json" ] && continue
