@@ -24,6 +24,7 @@ STREAM_MIXERS = ("mhc", "static")
 CORPORA = ("tasks", "compositions", "stdlib", "mix")
 SCHEDULES = ("cosine", "wsd")
 ROW_STARTS = ("anywhere", "document")
+LADDER_CONSTANTS = ("task", "wide")  # data.ladder.WIDE_CONSTANTS
 PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 
 
@@ -119,6 +120,8 @@ class ModelConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.elu_conv and self.linear_kind != "elu":
+            raise ConfigError("elu_conv applies to linear_kind elu (delta has its own convolution)")
         if self.vocab_size < VOCAB_SIZE:
             raise ConfigError(f"vocab_size must be at least {VOCAB_SIZE}, got {self.vocab_size}")
         if self.balance_coef < 0 or self.bias_rate < 0:
@@ -203,14 +206,15 @@ class PretrainConfig:
     row_start: str = setting(
         "anywhere",
         "where a packed row begins: anywhere in a document (a window of a long stream, so a "
-        "row's first body often lacks its comment) or at a document's start",
+        "row's first body often lacks its comment) or at a document's start (every body has "
+        "its comment, but the tail of a document longer than seq_len is never trained on)",
         ROW_STARTS,
     )
     ladder_constants: str = setting(
         "task",
-        "constants of the ladder's pretraining documents: the tasks' own ranges, or wide ones "
-        "(1-29 instead of 1-9, factors 2-12 instead of 2-5) so that copying beats guessing",
-        ("task", "wide"),
+        "constants of the ladder's pretraining documents: the tasks' own ranges, or wider ones "
+        "(data.ladder.WIDE_CONSTANTS) so that copying beats guessing",
+        LADDER_CONSTANTS,
     )
     corpus: str = setting(
         "tasks", "the synthetic corpus (mix: tasks, compositions and stdlib by document)", CORPORA
@@ -261,6 +265,13 @@ class PretrainConfig:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
+        for name, allowed in (
+            ("schedule", SCHEDULES),
+            ("row_start", ROW_STARTS),
+            ("ladder_constants", LADDER_CONSTANTS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.optimizer not in ("adamw", "muon"):

@@ -278,6 +278,7 @@ class Pipeline:
     ) -> dict[str, Any]:
         """results.json: every stage's figures, before and after RL side by side."""
         from glmflash.evaluate.rungs import COMPETENCE_BAR, clears_bar
+        from glmflash.train.checkpoint import read_config
 
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
         tokens_per_step = self.plan.pretrain.batch_size * self.plan.pretrain.seq_len
@@ -303,7 +304,7 @@ class Pipeline:
             "peak_memory_bytes": usage * 1024,
             "pretrain": {
                 **{k: pre.summary.get(k) for k in ("steps", "dev_loss", "loss", "tokens_per_s")},
-                "tokens": self.plan.pretrain.steps * tokens_per_step,
+                "tokens": read_config(pre.selected)[1]["step"] * tokens_per_step,  # selected
                 "schedule": self.plan.pretrain.schedule,
                 "selected": pre.selected,
             },

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from glmflash.config import LADDER_CONSTANTS
 from glmflash.data import rng_for
 from glmflash.data.code_tasks import (
     ARG_NAMES,
@@ -95,7 +96,7 @@ WIDE_CONSTANTS = {
     _THRESHOLD: tuple(range(30)),
     _REPEAT: (2, 3, 4, 5),
 }
-CONSTANTS = ("task", "wide")
+CONSTANTS = LADDER_CONSTANTS
 
 # The table stays as written, one primitive a group of lines, read across.
 # fmt: off

@@ -1,8 +1,8 @@
 """Tokens to competence: how many pretraining tokens a recipe needs before the task ladder has
 headroom for RL.
 
-The competence bar (dev split, greedy pass@1): depth 1 >= 50%, held-out phrasings >= 15%,
-unseen depth 2 >= 15%, unseen depth 3 > 0. One configuration is measured at several budgets
+The competence bar (`evaluate.rungs.COMPETENCE_BAR`) is read on the dev split, greedy pass@1.
+One configuration is measured at several budgets
 B_1 < ... < B_n (optimizer steps) with the warmup-stable-decay schedule (schedule.py): one
 stable run to B_n, whose own decay gives the last point, and for every other budget a branch
 from the stable run's checkpoint at decay_start(B_i) that only decays. Each point is thus a run
@@ -63,6 +63,7 @@ def body_loss(model: GLMFlash, rung: str, split: str, n: int, seed: int = 0) -> 
     """Mean next-byte loss (nats) of the reference bodies of `n` tasks of `rung`, each read
     after its prompt and cut at the model's context: how far the model is from writing them,
     smoother than pass@1. NaN when no prompt fits the context."""
+    was, device = model.training, next(model.parameters()).device
     model.eval()
     total, count = 0.0, 0
     for task in rung_tasks(rung, split, n, seed):
@@ -70,10 +71,11 @@ def body_loss(model: GLMFlash, rung: str, split: str, n: int, seed: int = 0) -> 
         ids = (prompt + encode(task.reference, eos=True))[: model.cfg.context + 1]
         if len(ids) <= len(prompt):
             continue
-        x, y = torch.tensor([ids[:-1]]), torch.tensor(ids[len(prompt) :])
-        logits = model(x).logits[0, len(prompt) - 1 :].float()
+        x, y = torch.tensor([ids[:-1]], device=device), torch.tensor(ids[len(prompt) :])
+        logits = model(x).logits[0, len(prompt) - 1 :].float().cpu()
         total += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
         count += len(y)
+    model.train(was)
     return total / count if count else float("nan")
 
 
@@ -97,11 +99,11 @@ def measure(
     """Train the stable run and its branches into `out`, evaluate every budget, and return the
     table row. Every piece is skipped once done, so an interrupted call resumes."""
     from glmflash.train.checkpoint import load_model
-    from glmflash.train.pretrain import RUN, pretrain
+    from glmflash.train.pretrain import RUN
 
     budgets = sorted(set(budgets))
-    if not budgets or budgets[0] < 1:
-        raise CLIError("--budgets needs at least one positive step count")
+    if not budgets or budgets[0] <= cfg.warmup:
+        raise CLIError(f"--budgets needs step counts above the warm-up ({cfg.warmup} steps)")
     cfg = replace(cfg, schedule="wsd", steps=budgets[-1])
     starts = branch_points(cfg, budgets)
     saves = sorted({s for b, s in starts.items() if b != budgets[-1]} | {budgets[-1]})
@@ -109,7 +111,7 @@ def measure(
     stable = replace(cfg, ckpt_every=every, keep_checkpoints=budgets[-1] // every + 1)
     stable = replace(stable, eval_every=budgets[-1])
     log(f"stable run to {budgets[-1]} steps, branches from steps {sorted(starts.values())}")
-    summary = _train(pretrain, stable, out / "stable", model_options, None, RUN)
+    summary = _train(stable, out / "stable", model_options)
     points = []
     for budget in budgets:
         if budget == budgets[-1]:
@@ -118,12 +120,14 @@ def measure(
             run_dir = out / f"budget_{budget:06d}"
             source = out / "stable" / "checkpoints" / f"step_{starts[budget]:06d}"
             branch = replace(cfg, steps=budget, eval_every=budget, ckpt_every=budget)
-            run_summary = _train(pretrain, branch, run_dir, model_options, source, RUN)
+            run_summary = _train(branch, run_dir, model_options, source)
         point_file = run_dir / "point.json"
-        if not point_file.is_file():
+        asked = {"per_rung": per_rung, "rungs": list(rungs)}
+        if not point_file.is_file() or json.loads(point_file.read_text())["asked"] != asked:
             model, _ = load_model(run_dir / "checkpoints" / f"step_{budget:06d}")
             evals = evaluate_rungs(model, rungs, split="dev", per_rung=per_rung)
             point = {
+                "asked": asked,
                 "steps": budget,
                 "tokens": budget * cfg.batch_size * cfg.seq_len,
                 "dev_loss": run_summary.get("dev_loss"),
@@ -145,14 +149,23 @@ def measure(
     }
 
 
-def _train(pretrain, cfg, run_dir, model_options, branch_from, run_file) -> dict[str, Any]:
-    """Run (or resume, or reuse) one pretraining run; returns its summary."""
-    done = run_dir / "summary.json"
-    if done.is_file() and json.loads(done.read_text()).get("step") == cfg.steps:
-        return json.loads(done.read_text())
-    resume = (run_dir / run_file).is_file()
+def _train(
+    cfg: PretrainConfig,
+    run_dir: Path,
+    model_options: dict[str, Any] | None,
+    branch_from: Path | None = None,
+) -> dict[str, Any]:
+    """Run one pretraining run, or resume it from its last checkpoint (pretraining refuses a
+    resume whose settings differ); a run killed before its first checkpoint starts afresh."""
+    from glmflash.pipeline import resumable
+    from glmflash.train.pretrain import pretrain
+
     return pretrain(
-        cfg, run_dir, resume=resume, model_overrides=model_options, branch_from=branch_from
+        cfg,
+        run_dir,
+        resume=resumable(run_dir),
+        model_overrides=model_options,
+        branch_from=branch_from,
     )
 
 
@@ -188,7 +201,9 @@ def plot_table(rows: list[dict[str, Any]], png: Path) -> None:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--out", required=True, help="folder of the table; runs go to OUT/runs/NAME")
+    p.add_argument(
+        "--out", required=True, help="folder of the table; runs go to OUT/runs/NAME_sSEED"
+    )
     p.add_argument("--name", required=True, help="the configuration's row name")
     p.add_argument("--budgets", required=True, help="step counts, comma-separated")
     p.add_argument("--seed", type=int, default=0)

@@ -9,8 +9,11 @@ from glmflash.config import PretrainConfig
 from glmflash.model.lm import GLMFlash
 
 
-def make_optimizer(model: GLMFlash, cfg: PretrainConfig) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices (ndim >= 2) only, never on norms, gains or biases."""
+def make_optimizer(
+    model: GLMFlash, cfg: PretrainConfig, ns_dtype: torch.dtype | None = None
+) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices (ndim >= 2) only, never on norms, gains or biases.
+    With Muon, `ns_dtype` fixes its Newton-Schulz dtype (default: measured on this machine)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
     groups = [
@@ -20,7 +23,7 @@ def make_optimizer(model: GLMFlash, cfg: PretrainConfig) -> torch.optim.Optimize
     if cfg.optimizer == "muon":
         from glmflash.train.muon import MuonWithAdamW
 
-        return MuonWithAdamW(model, cfg)
+        return MuonWithAdamW(model, cfg, ns_dtype)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False)
 
 

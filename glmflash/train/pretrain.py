@@ -27,7 +27,7 @@ from torch.profiler import record_function
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.errors import CLIError
-from glmflash.flags import add_config_flags, given
+from glmflash.flags import add_config_flags, changed_settings, from_fields, given
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash, ModelOutput
 from glmflash.plots import pyplot, save
@@ -157,9 +157,12 @@ def pretrain(
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     model = GLMFlash(mcfg).to(dev)
-    optimizer = make_optimizer(model, cfg)
+    resuming = resume and bool(checkpoint_dirs(out))
+    source = out if resuming else Path(branch_from).parent.parent if branch_from else None
+    chosen = recorded_dtypes(source / RUN) if source else {}
+    optimizer = make_optimizer(model, cfg, ns_dtype=chosen.get("newton_schulz"))
     start = 0
-    if resume and checkpoint_dirs(out):
+    if resuming:
         latest = checkpoint_dirs(out)[-1]
         start = load_training_state(latest, model, optimizer)
         if dist.is_main:
@@ -168,7 +171,7 @@ def pretrain(
         start = load_training_state(Path(branch_from), model, optimizer)
         if dist.is_main:
             log(f"branching {out} from {branch_from} at step {start}")
-    amp = run_autocast(out, dev, cfg.precision, start, dist)
+    amp = run_autocast(dev, cfg.precision, chosen, dist)
     if dist.is_main:
         trim_metrics(out / METRICS, start)
         if amp is not None and (warning := bf16_warning(dev)):
@@ -306,33 +309,42 @@ def check_branch(checkpoint: Path, cfg: PretrainConfig, mcfg: ModelConfig) -> No
     if not (checkpoint / ckpt.STATE).is_file() or not source_file.is_file():
         raise TrainError(f"{checkpoint} is not a training checkpoint of a pretraining run")
     source = json.loads(source_file.read_text())
-    scfg = PretrainConfig(**source["pretrain"])
-    step = int(torch.load(checkpoint / ckpt.STATE, weights_only=False)["step"])
-    differ = [
-        k
-        for k, v in cfg.to_dict().items()
-        if k not in BRANCH_FREE and source["pretrain"].get(k) != v
-    ] + [k for k, v in mcfg.to_dict().items() if source["model"].get(k) != v]
+    pick = lambda d: {k: v for k, v in d.items() if k not in BRANCH_FREE}  # noqa: E731
+    differ = changed_settings(
+        {"pretrain": pick(source["pretrain"]), "model": source["model"]},
+        {"pretrain": pick(cfg.to_dict()), "model": mcfg.to_dict()},
+    )
     if differ:
         raise TrainError(f"cannot branch from {checkpoint}: {', '.join(differ)} differ")
+    scfg = from_fields(PretrainConfig, source["pretrain"], "pretraining setting", TrainError)
+    step = int(torch.load(checkpoint / ckpt.STATE, weights_only=False)["step"])
     if step > cfg.steps or any(lr_at(s, cfg) != lr_at(s, scfg) for s in range(step)):
         raise TrainError(
             f"cannot branch from {checkpoint}: the schedules differ before its step {step}"
         )
 
 
+def recorded_dtypes(run_file: Path) -> dict[str, torch.dtype | None]:
+    """The dtypes the run recorded in `run_file` chose at its first start: "autocast" (None for
+    none) and Muon's "newton_schulz", where recorded; {} for a run not yet started."""
+    machines = json.loads(run_file.read_text()).get("machines", []) if run_file.is_file() else []
+    if not machines:
+        return {}
+    dtypes = machines[0]["dtypes"]
+    return {k: None if v == "none" else getattr(torch, v) for k, v in dtypes.items()}
+
+
 def run_autocast(
-    out: Path, dev: torch.device, precision: str, start: int, dist: DistInfo
+    dev: torch.device, precision: str, chosen: dict[str, torch.dtype | None], dist: DistInfo
 ) -> torch.dtype | None:
     """The run's autocast dtype. `auto` is decided once per run, at its first start (bf16 only
-    where every rank measured it fast), and read back from run.json when the run resumes: a
-    calibration taken on a busy machine cannot switch a run's precision half-way."""
+    where every rank measured it fast), and read back (`chosen`, from run.json) when the run
+    resumes or a branch continues it: a calibration taken on a busy machine cannot switch a
+    run's precision half-way."""
     if precision != "auto":
         return autocast_dtype(dev, precision)
-    machines = json.loads((out / RUN).read_text()).get("machines", []) if start else []
-    if machines:
-        chosen = machines[0]["dtypes"]["autocast"]
-        return None if chosen == "none" else getattr(torch, chosen)
+    if "autocast" in chosen:
+        return chosen["autocast"]
     amp = autocast_dtype(dev, "auto")
     fast = torch.tensor(float(amp is not None), device=dev)
     return amp if float(all_reduce_mean(fast, dist)) == 1.0 else None

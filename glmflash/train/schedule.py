@@ -31,16 +31,15 @@ def lr_at(step: int, cfg: PretrainConfig) -> float:
     """The learning rate of update `step` (0-based) under cfg.schedule."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    floor = cfg.lr * cfg.min_lr_ratio
     if cfg.schedule == "wsd":
         start = decay_start(cfg)
         if step < start:
             return cfg.lr
         progress = min(1.0, (step - start + 1) / max(1, cfg.steps - start))
-        return floor + (cfg.lr - floor) * (1 - math.sqrt(progress))
+        return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * (1 - math.sqrt(progress)))
     progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
     cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return floor + (cfg.lr - floor) * cosine
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
 
 __all__ = ["decay_start", "decay_steps", "lr_at"]

@@ -2,12 +2,14 @@
 branches are runs fully decayed at their budgets."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from glmflash.config import PretrainConfig
 from glmflash.experiments import competence
 from glmflash.experiments.competence import clears_bar, measure, tokens_to_bar, update_table
+from glmflash.train.runlog import TrainError
 
 AT_BAR = {
     "depth1": [16, 32],
@@ -80,13 +82,23 @@ def test_a_tiny_harness_run_branches_and_evaluates_every_budget(tmp_path):
     assert branch["branch_from"].endswith("step_000003") and branch["pretrain"]["steps"] == 4
     stable = [json.loads(x) for x in (tmp_path / "stable" / "metrics.jsonl").open()]
     branched = [json.loads(x) for x in (tmp_path / "budget_000004" / "metrics.jsonl").open()]
-    assert [r["step"] for r in branched] == [4] and branched[0]["lr"] < stable[3]["lr"]
-    # a second call reuses every run and point
+    assert [r["step"] for r in branched] == [4] and branched[0]["lr"] == cfg.lr * cfg.min_lr_ratio
+    assert stable[3]["lr"] == cfg.lr  # step 4 of the stable run: still stable
+    # killed in the branch before its checkpoint: the branch starts afresh, the rest is reused
+    import shutil
+
+    shutil.rmtree(tmp_path / "budget_000004" / "checkpoints")
+    (tmp_path / "budget_000004" / "point.json").unlink()
+    stable_point = (tmp_path / "stable" / "point.json").read_text()
     again = measure(cfg, [4, 8], tmp_path, TINY, per_rung=2, rungs=rungs, log=lambda m: None)
     assert again["points"] == row["points"]
+    assert (tmp_path / "stable" / "point.json").read_text() == stable_point
+    # the same folder with other settings is refused, not reused
+    with pytest.raises(TrainError, match="lr"):
+        measure(replace(cfg, lr=1e-2), [4, 8], tmp_path, TINY, per_rung=2, rungs=rungs)
 
 
-@pytest.mark.parametrize("budgets", ["", "0"])
+@pytest.mark.parametrize("budgets", ["", "0", "1"])
 def test_bad_budgets_are_refused(tmp_path, budgets):
     with pytest.raises(Exception, match="budgets"):
         measure(PretrainConfig(preset="tiny"), [int(b) for b in budgets.split(",") if b], tmp_path)

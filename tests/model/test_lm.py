@@ -275,7 +275,9 @@ def test_indexer_kl_is_a_layer_statistic_summed_like_the_balance_loss(pool):
     assert perturbed(tiny()).train()(tokens, tokens).indexer_kl is None  # fixed pattern
 
 
-@pytest.mark.parametrize("overrides", [{}, {"linear_kind": "delta"}, {"nope_main": True}])
+@pytest.mark.parametrize(
+    "overrides", [{}, {"linear_kind": "delta"}, {"nope_main": True}, {"elu_conv": True}]
+)
 @pytest.mark.parametrize("lengths", [(5, 12, 1, 30), (9, 9, 17)])
 def test_merged_states_decode_each_row_as_alone(overrides, lengths):
     """Prompts of different lengths prefilled apart, their states merged (KV caches padded on

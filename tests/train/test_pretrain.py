@@ -66,60 +66,49 @@ def test_wsd_is_stable_then_decays_in_its_last_fraction():
     assert [lr_at(s, cfg) for s in range(80)] == [lr_at(s, longer) for s in range(80)]
 
 
-def test_a_wsd_branch_equals_the_run_from_scratch(tmp_path):
-    wsd = {
-        **FAST,
-        "schedule": "wsd",
-        "decay_fraction": 0.25,
-        "ckpt_every": 2,
-        "keep_checkpoints": 4,
-    }
-    pretrain(PretrainConfig(**{**wsd, "steps": 8}), tmp_path / "stable", device="cpu")
+@pytest.mark.parametrize("optimizer, balance", [("adamw", "aux"), ("muon", "bias")])
+def test_a_wsd_branch_equals_the_run_from_scratch(tmp_path, optimizer, balance):
+    wsd = {**FAST, "schedule": "wsd", "decay_fraction": 0.25, "keep_checkpoints": 4}
+    wsd["optimizer"] = optimizer
+    model = {"balance": balance}
+    pretrain(
+        PretrainConfig(**{**wsd, "steps": 8}), tmp_path / "stable", "cpu", model_overrides=model
+    )
     budget = PretrainConfig(**{**wsd, "steps": 6})  # decays over its steps 4, 5
-    pretrain(budget, tmp_path / "scratch", device="cpu")
+    pretrain(budget, tmp_path / "scratch", device="cpu", model_overrides=model)
     source = tmp_path / "stable" / "checkpoints" / "step_000004"
-    pretrain(budget, tmp_path / "branch", device="cpu", branch_from=source)
+    pretrain(budget, tmp_path / "branch", "cpu", model_overrides=model, branch_from=source)
     assert losses(tmp_path / "branch") == losses(tmp_path / "scratch")[4:]
     a, b = weights(tmp_path / "scratch"), weights(tmp_path / "branch")
     assert all(torch.equal(a[k], b[k]) for k in a)
     # a branch whose schedule or settings would differ from the run from scratch is refused
     with pytest.raises(TrainError, match="schedules differ"):
         late = tmp_path / "stable" / "checkpoints" / "step_000006"  # stable past 6's decay start
-        pretrain(
-            PretrainConfig(**{**wsd, "steps": 6, "decay_fraction": 0.5}),
-            tmp_path / "x",
-            device="cpu",
-            branch_from=late,
-        )
-    with pytest.raises(TrainError, match="lr differ"):
-        pretrain(
-            PretrainConfig(**{**wsd, "steps": 6, "lr": 1e-2}),
-            tmp_path / "y",
-            device="cpu",
-            branch_from=source,
-        )
-    with pytest.raises(TrainError, match="linear_kind differ"):
-        pretrain(
-            budget,
-            tmp_path / "z",
-            device="cpu",
-            branch_from=source,
-            model_overrides={"linear_kind": "delta"},
-        )
+        late_cfg = PretrainConfig(**{**wsd, "steps": 6, "decay_fraction": 0.5})
+        pretrain(late_cfg, tmp_path / "x", "cpu", model_overrides=model, branch_from=late)
+    with pytest.raises(TrainError, match="pretrain.lr differ"):
+        lr_cfg = PretrainConfig(**{**wsd, "steps": 6, "lr": 1e-2})
+        pretrain(lr_cfg, tmp_path / "y", "cpu", model_overrides=model, branch_from=source)
+    with pytest.raises(TrainError, match="model.linear_kind differ"):
+        other = {**model, "linear_kind": "delta"}
+        pretrain(budget, tmp_path / "z", device="cpu", branch_from=source, model_overrides=other)
 
 
-def test_data_settings_reach_the_training_stream_and_not_the_dev_stream():
-    plain = PretrainConfig(**FAST)
-    changed = PretrainConfig(**{**FAST, "row_start": "document", "ladder_constants": "wide"})
-    x, _ = training_stream(changed, DistInfo()).batch(0, 8)
-    assert (x[:, 0] == 1).all()  # every row starts at a document's bos
-    assert not torch.equal(x, training_stream(plain, DistInfo()).batch(0, 8)[0])
-    docs = training_stream(changed, DistInfo()).doc_fn, training_stream(plain, DistInfo()).doc_fn
-    assert sum(docs[0](i) != docs[1](i) for i in range(50)) > 20  # wide constants
-    wide = PretrainConfig(**{**FAST, "ladder_constants": "wide"})
-    dev = [training_stream(c, DistInfo(), "eval").batch(0, 8)[0] for c in (plain, wide)]
-    assert torch.equal(*dev)  # the tasks' own constants
-    assert (training_stream(changed, DistInfo(), "eval").batch(0, 8)[0][:, 0] == 1).all()
+def test_a_branch_keeps_the_dtypes_its_stable_run_chose(tmp_path, monkeypatch):
+    wsd = {**FAST, "schedule": "wsd", "precision": "auto", "optimizer": "muon", "steps": 8}
+    wsd["keep_checkpoints"] = 4
+    pretrain(PretrainConfig(**wsd), tmp_path / "stable", device="cpu")
+    chosen = json.loads((tmp_path / "stable" / "run.json").read_text())["machines"][0]["dtypes"]
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("a branch must not calibrate its dtypes again")
+
+    monkeypatch.setattr("glmflash.train.pretrain.autocast_dtype", no_calibration)
+    monkeypatch.setattr("glmflash.machine.fast_matmul_dtype", no_calibration)
+    source = tmp_path / "stable" / "checkpoints" / "step_000004"
+    pretrain(PretrainConfig(**{**wsd, "steps": 6}), tmp_path / "b", "cpu", branch_from=source)
+    branch = json.loads((tmp_path / "b" / "run.json").read_text())["machines"][0]["dtypes"]
+    assert branch == chosen
 
 
 def test_tiny_run_learns_and_writes_everything(tmp_path):

@@ -120,8 +120,8 @@ def test_sequence_logprobs_in_sorted_chunks_equal_one_padded_batch(chunks):
 
 @pytest.mark.parametrize(
     "kind",
-    [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"}],
-    ids=["elu", "delta", "indexer"],
+    [{}, {"linear_kind": "delta"}, {"sparse_kind": "indexer"}, {"elu_conv": True}],
+    ids=["elu", "delta", "indexer", "elu_conv"],
 )
 def test_shared_prompts_score_like_whole_rows(kind):
     """Each distinct prompt run once and continued into its completions gives what the rows
