@@ -201,8 +201,11 @@ def plot_table(rows: list[dict[str, Any]], png: Path) -> None:
 
 
 def add_arguments(p) -> None:
+    p.add_argument("--out", required=True, help="folder of table.json and its figure")
     p.add_argument(
-        "--out", required=True, help="folder of the table; runs go to OUT/runs/NAME_sSEED"
+        "--runs",
+        default="runs/competence",
+        help="folder of the training runs (checkpoints: large), one NAME_sSEED folder each",
     )
     p.add_argument("--name", required=True, help="the configuration's row name")
     p.add_argument("--budgets", required=True, help="step counts, comma-separated")
@@ -234,7 +237,7 @@ def run(args) -> int:
         row = measure(
             plan.pretrain,
             budgets,
-            out / "runs" / f"{args.name}_s{args.seed}",
+            Path(args.runs) / f"{args.name}_s{args.seed}",
             options,
             args.per_rung,
         )

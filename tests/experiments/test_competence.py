@@ -124,3 +124,15 @@ def test_body_loss_is_the_loss_of_the_body_given_the_prompt():
 
     by_difference = (summed(whole) - summed(prompt)) / (len(whole) - len(prompt))
     assert competence.body_loss(model, "depth1", "dev", 1) == pytest.approx(by_difference, rel=1e-4)
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from glmflash.cli import main
+
+    base = ["competence", "--out", str(tmp_path), "--name", "x", "--runs", str(tmp_path / "r")]
+    assert main([*base, "--budgets", "5"]) == 2  # not past the plan's warm-up
+    assert main([*base, "--budgets", "80", "--set", "lr=fast"]) == 2
+    assert main([*base, "--budgets", "80", "--set", "nonsense=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("glmflash competence: error:") for line in err)
+    assert not (tmp_path / "r").exists()

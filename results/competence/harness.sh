@@ -1,0 +1,22 @@
+#!/bin/bash
+# Tokens to the competence bar (dev split) for the recipes of the table: each one stable wsd run
+# to the largest budget and a decay branch for every other (glmflash competence), seed by seed.
+# Rows resume where they stopped; run from the repository root:
+#   bash results/competence/harness.sh [ROW ...]
+# ROW is NAME:SEED. Settings are changes to the pipeline's plan (glmflash pipeline's
+# PipelinePlan.full), so "baseline" undoes what the plan adopted from the screen.
+set -euo pipefail
+budgets=160,320,480
+declare -A RECIPES=(
+    [baseline]="--set row_start=anywhere --set lr=2e-3"
+    [pipeline]=""
+)
+rows=("$@")
+[ ${#rows[@]} -eq 0 ] && rows=(pipeline:0 pipeline:1 baseline:0 baseline:1)
+for row in "${rows[@]}"; do
+    name=${row%%:*}
+    seed=${row##*:}
+    # shellcheck disable=SC2086
+    glmflash competence --out results/competence --name "$name" --seed "$seed" \
+        --budgets "$budgets" ${RECIPES[$name]}
+done
