@@ -70,7 +70,9 @@ class PipelinePlan:
                 steps=160,
                 batch_size=32,
                 seq_len=128,
-                lr=2e-3,
+                lr=4e-3,  # the screen of levers: results/competence/screen.md
+                schedule="wsd",  # the harness's schedule (results/competence)
+                row_start="document",  # every body with its comment (results/competence)
                 warmup=10,
                 eval_every=40,
                 ckpt_every=40,

@@ -113,7 +113,7 @@ def measure(
     log(f"stable run to {budgets[-1]} steps, branches from steps {sorted(starts.values())}")
     summary = _train(stable, out / "stable", model_options)
     points = []
-    for budget in budgets:
+    for budget in reversed(budgets):  # the stable run's own point first, then its branches
         if budget == budgets[-1]:
             run_dir, run_summary = out / "stable", summary
         else:
@@ -135,8 +135,8 @@ def measure(
                 "body_loss": {r: body_loss(model, r, "dev", per_rung) for r in rungs},
             }
             point_file.write_text(json.dumps(point, indent=2))
-        points.append(json.loads(point_file.read_text()))
-        log(f"{budget} steps: {points[-1]['rungs']}")
+        points.insert(0, json.loads(point_file.read_text()))
+        log(f"{budget} steps: {points[0]['rungs']}")
     record = json.loads((out / "stable" / RUN).read_text())
     return {
         "seed": cfg.seed,
