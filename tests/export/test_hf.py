@@ -52,6 +52,7 @@ VARIANTS = {
         bias_rate=1e-2,
         init_std=0.03,
     ),
+    "elu_conv": dict(elu_conv=True, conv_size=3),  # the ELU layers' convolution (not with delta)
 }
 SHAPES = [(1, 1), (2, 7), (3, 40), (1, 64)]
 PROMPTS = ["def f(x):", "# Return x plus one.\ndef increment(x):\n    y", "abc"]
