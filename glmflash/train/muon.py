@@ -52,26 +52,17 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """Momentum, then one Newton-Schulz call per group of same-shaped matrices: the
-        matrices of all layers (and experts) that share a shape are stacked and orthogonalised
-        together, a few large batched matmuls instead of hundreds of small ones."""
         for group in self.param_groups:
-            by_shape: dict[tuple[int, int], list[tuple[Tensor, Tensor]]] = {}
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
                 buf.mul_(group["momentum"]).add_(p.grad)
                 update = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
-                by_shape.setdefault(tuple(p.shape[-2:]), []).append((p, update))
-            for (rows, cols), pairs in by_shape.items():
-                stacked = torch.cat([u.reshape(-1, rows, cols) for _, u in pairs])
-                ortho = newton_schulz(stacked, group["ns_steps"], self.ns_dtype)
-                scale = 0.2 * max(rows, cols) ** 0.5
-                counts = [u.numel() // (rows * cols) for _, u in pairs]
-                for (p, _), u in zip(pairs, ortho.split(counts), strict=True):
-                    p.mul_(1 - group["lr"] * group["weight_decay"])
-                    p.add_(u.view_as(p), alpha=-group["lr"] * scale)
+                update = newton_schulz(update, group["ns_steps"], self.ns_dtype)
+                scale = 0.2 * max(p.shape[-2], p.shape[-1]) ** 0.5
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update, alpha=-group["lr"] * scale)
 
 
 class MuonWithAdamW:

@@ -1,6 +1,8 @@
-"""Muon's Newton-Schulz on the 25m model's hidden matrices: one call per parameter (the
-previous step) against one call per shape (Muon.step now stacks same-shaped matrices of every
-layer), alternating rounds in one process, in the dtype Muon picks on this machine.
+"""Muon's Newton-Schulz on the 25m model's hidden matrices: one call per parameter (what
+Muon.step does) against one call per shape (the same-shaped matrices of every layer stacked
+into a few batched calls), alternating rounds in one process, in the dtype Muon picks on this
+machine. The batched form did not pay (results/profile/muon_batched.json: the iteration's
+matmuls, not the calls, take the time), so Muon.step keeps one call per parameter.
 
 Usage: .venv/bin/python results/profile/muon_batched.py > results/profile/muon_batched.json
 """
