@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
 
-FLOOR = 0.02  # weight a task keeps at an estimate of 0 or 1: 1/12 of the weight at p = 1/2
+FLOOR = 0.02  # weight a task keeps at an estimate of 0 or 1: 1/13.5 of the weight at p = 1/2
 HIST_BINS = 5  # pass-rate histogram of the pool: [0, .2), [.2, .4), ..., [.8, 1]
 
 
