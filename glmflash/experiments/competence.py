@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from glmflash.config import PretrainConfig
+from glmflash.data import ladder
 from glmflash.errors import CLIError
 from glmflash.evaluate.rungs import COMPETENCE_BAR as BAR
 from glmflash.evaluate.rungs import clears_bar, evaluate_rungs, rung_tasks
@@ -40,15 +41,7 @@ from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
 from glmflash.tokenizer import encode
 
-RUNGS = (
-    "depth1",
-    "depth1_heldout_phrasings",
-    "seen_depth2",
-    "rl_only",
-    "unseen_depth2",
-    "unseen_depth3",
-    "seed_neutral_names",
-)
+RUNGS = (*ladder.RUNGS, "seed_neutral_names")  # the ladder, and one seed-family control
 TABLE = "table.json"
 
 
