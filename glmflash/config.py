@@ -28,6 +28,14 @@ LADDER_CONSTANTS = ("task", "wide")  # data.ladder.WIDE_CONSTANTS
 PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 
 
+def check_choices(config: Any, **allowed: tuple[str, ...]) -> None:
+    """Raise ConfigError naming the first field of `config` whose value is not among its
+    allowed names."""
+    for name, names in allowed.items():
+        if getattr(config, name) not in names:
+            raise ConfigError(f"{name} must be one of {names}, got {getattr(config, name)!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape and options of the hybrid linear/sparse MoE language model."""
@@ -111,15 +119,13 @@ class ModelConfig:
                 f"layer_pattern must be a non-empty string of 'L' and 'S', "
                 f"got {self.layer_pattern!r}"
             )
-        choices = {
-            "linear_kind": LINEAR_KINDS,
-            "sparse_kind": SPARSE_KINDS,
-            "balance": BALANCE_KINDS,
-            "stream_mixer": STREAM_MIXERS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_choices(
+            self,
+            linear_kind=LINEAR_KINDS,
+            sparse_kind=SPARSE_KINDS,
+            balance=BALANCE_KINDS,
+            stream_mixer=STREAM_MIXERS,
+        )
         if self.elu_conv and self.linear_kind != "elu":
             raise ConfigError("elu_conv applies to linear_kind elu (delta has its own convolution)")
         if self.vocab_size < VOCAB_SIZE:
@@ -265,13 +271,9 @@ class PretrainConfig:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
-        for name, allowed in (
-            ("schedule", SCHEDULES),
-            ("row_start", ROW_STARTS),
-            ("ladder_constants", LADDER_CONSTANTS),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_choices(
+            self, schedule=SCHEDULES, row_start=ROW_STARTS, ladder_constants=LADDER_CONSTANTS
+        )
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.optimizer not in ("adamw", "muon"):

@@ -38,3 +38,16 @@ def test_unknown_preset_and_option():
 def test_dict_round_trip():
     cfg = model_config("tiny", linear_kind="delta")
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("schedule", "linear"), ("row_start", "middle"), ("ladder_constants", "huge")],
+)
+def test_pretraining_choices_are_checked(field, value):
+    from glmflash.config import PretrainConfig
+
+    with pytest.raises(ConfigError, match=f"{field} must be one of"):
+        PretrainConfig(**{field: value})
+    with pytest.raises(ConfigError, match="decay_fraction"):
+        PretrainConfig(decay_fraction=0.0)

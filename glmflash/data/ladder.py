@@ -96,7 +96,6 @@ WIDE_CONSTANTS = {
     _THRESHOLD: tuple(range(30)),
     _REPEAT: (2, 3, 4, 5),
 }
-CONSTANTS = LADDER_CONSTANTS
 
 # The table stays as written, one primitive a group of lines, read across.
 # fmt: off
@@ -514,11 +513,11 @@ def rl_ladder_tasks(split: str, n: int, seed: int = 0) -> list[CodeTask]:
 
 def ladder_document(index: int, seed: int, split: str = "train", constants: str = "task") -> str:
     """Pretraining document `index`: a task of a pretraining structure (depth drawn from
-    DOCUMENT_DEPTHS) with constants from the tasks' ranges or the wide ones (CONSTANTS),
+    DOCUMENT_DEPTHS) with constants from the tasks' ranges or the wide ones (LADDER_CONSTANTS),
     written out with its reference body, sometimes followed by a few assert lines showing
     calls."""
-    if constants not in CONSTANTS:
-        raise ValueError(f"constants must be one of {CONSTANTS}, got {constants!r}")
+    if constants not in LADDER_CONSTANTS:
+        raise ValueError(f"constants must be one of {LADDER_CONSTANTS}, got {constants!r}")
     rng = rng_for("ladder_document", split, seed, index)
     depth = rng.choices(list(DOCUMENT_DEPTHS), weights=list(DOCUMENT_DEPTHS.values()))[0]
     structure = rng.choice(structures("pretrain", depth))

@@ -112,7 +112,7 @@ def make_corpus(
     function names for tasks (seed families and the ladder's pretraining structures), the 32
     held-out structures for compositions, the held-out files for stdlib. `weights` (mix only,
     default MIX_WEIGHTS) are per-document probabilities; `constants` the range of the ladder
-    documents' constants (`ladder.CONSTANTS`).
+    documents' constants (`config.LADDER_CONSTANTS`).
     """
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; choose from {', '.join(CORPORA)}")

@@ -40,6 +40,7 @@ from glmflash.flags import with_setting
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
 from glmflash.tokenizer import encode
+from glmflash.train.schedule import decay_start
 
 RUNGS = (*ladder.RUNGS, "seed_neutral_names")  # the ladder, and one seed-family control
 TABLE = "table.json"
@@ -74,8 +75,6 @@ def body_loss(model: GLMFlash, rung: str, split: str, n: int, seed: int = 0) -> 
 
 def branch_points(cfg: PretrainConfig, budgets: Sequence[int]) -> dict[int, int]:
     """budget -> the stable run's step that its decay branch starts from."""
-    from glmflash.train.schedule import decay_start
-
     return {b: decay_start(replace(cfg, steps=b)) for b in budgets}
 
 
@@ -101,10 +100,12 @@ def measure(
     starts = branch_points(cfg, budgets)
     saves = sorted({s for b, s in starts.items() if b != budgets[-1]} | {budgets[-1]})
     every = math.gcd(*saves)
-    stable = replace(cfg, ckpt_every=every, keep_checkpoints=budgets[-1] // every + 1)
-    stable = replace(stable, eval_every=budgets[-1])
+    stable = replace(
+        cfg, ckpt_every=every, keep_checkpoints=budgets[-1] // every + 1, eval_every=budgets[-1]
+    )
     log(f"stable run to {budgets[-1]} steps, branches from steps {sorted(starts.values())}")
     summary = _train(stable, out / "stable", model_options)
+    asked = {"per_rung": per_rung, "rungs": list(rungs)}
     points = []
     for budget in reversed(budgets):  # the stable run's own point first, then its branches
         if budget == budgets[-1]:
@@ -115,7 +116,6 @@ def measure(
             branch = replace(cfg, steps=budget, eval_every=budget, ckpt_every=budget)
             run_summary = _train(branch, run_dir, model_options, source)
         point_file = run_dir / "point.json"
-        asked = {"per_rung": per_rung, "rungs": list(rungs)}
         if not point_file.is_file() or json.loads(point_file.read_text())["asked"] != asked:
             model, _ = load_model(run_dir / "checkpoints" / f"step_{budget:06d}")
             evals = evaluate_rungs(model, rungs, split="dev", per_rung=per_rung)
