@@ -104,7 +104,7 @@ def measure(
         cfg, ckpt_every=every, keep_checkpoints=budgets[-1] // every + 1, eval_every=budgets[-1]
     )
     log(f"stable run to {budgets[-1]} steps, branches from steps {sorted(starts.values())}")
-    summary = _train(stable, out / "stable", model_options)
+    summary = _train(stable, out / "stable", model_options, extend(out, stable))
     asked = {"per_rung": per_rung, "rungs": list(rungs)}
     points = []
     for budget in reversed(budgets):  # the stable run's own point first, then its branches
@@ -112,9 +112,13 @@ def measure(
             run_dir, run_summary = out / "stable", summary
         else:
             run_dir = out / f"budget_{budget:06d}"
-            source = out / "stable" / "checkpoints" / f"step_{starts[budget]:06d}"
+            source = checkpoint_at(out, starts[budget])
             branch = replace(cfg, steps=budget, eval_every=budget, ckpt_every=budget)
-            run_summary = _train(branch, run_dir, model_options, source)
+            finished = run_dir / "summary.json"  # a branch's, or an extended stable run's
+            if (run_dir / "checkpoints" / f"step_{budget:06d}").is_dir() and finished.is_file():
+                run_summary = json.loads(finished.read_text())
+            else:
+                run_summary = _train(branch, run_dir, model_options, source)
         point_file = run_dir / "point.json"
         if not point_file.is_file() or json.loads(point_file.read_text())["asked"] != asked:
             model, _ = load_model(run_dir / "checkpoints" / f"step_{budget:06d}")
@@ -140,6 +144,43 @@ def measure(
         "model_options": model_options or {},
         "points": points,
     }
+
+
+def extend(out: Path, stable: PretrainConfig) -> Path | None:
+    """Where the stable run of `stable` starts when `out` already holds a shorter one: that run
+    becomes its own budget's point (folder budget_N, as a branch would be), and the longer
+    stable run continues from its last checkpoint before its decay, where both schedules are
+    still at the stable learning rate (check_branch verifies that). The same answer on every
+    call, so an interrupted extension resumes as a branch; None when nothing was extended.
+    So asking for larger budgets costs only the steps not yet trained."""
+    from glmflash.train.pretrain import RUN
+
+    old = out / "stable" / RUN
+    if old.is_file():
+        steps = json.loads(old.read_text())["pretrain"]["steps"]
+        if steps < stable.steps:  # (a longer one is refused by name when it resumes)
+            (out / "stable").rename(out / f"budget_{steps:06d}")
+    stable_ends = [
+        (decay_start(replace(stable, steps=int(d.name.removeprefix("budget_")))), d)
+        for d in out.glob("budget_*")
+    ]
+    found = [
+        (step, d / "checkpoints" / f"step_{step:06d}")
+        for limit, d in stable_ends
+        for step in range(limit, 0, -1)
+        if (d / "checkpoints" / f"step_{step:06d}").is_dir()
+    ]
+    return max(found)[1] if found else None
+
+
+def checkpoint_at(out: Path, step: int) -> Path:
+    """The stable run's checkpoint at `step`: in the stable run's folder, or, for a step before
+    an extension (see `extend`), in the shorter stable run's."""
+    for run_dir in (out / "stable", *sorted(out.glob("budget_*"))):
+        path = run_dir / "checkpoints" / f"step_{step:06d}"
+        if path.is_dir():
+            return path
+    return out / "stable" / "checkpoints" / f"step_{step:06d}"  # pretraining names it missing
 
 
 def _train(

@@ -1,12 +1,13 @@
 #!/bin/bash
 # Tokens to the competence bar (dev split) for the recipes of the table: each one stable wsd run
 # to the largest budget and a decay branch for every other (glmflash competence), seed by seed.
-# Rows resume where they stopped; run from the repository root:
+# Rows resume where they stopped, and larger budgets extend a row's stable run rather than
+# retrain it; run from the repository root:
 #   bash results/competence/harness.sh [ROW ...]
 # ROW is NAME:SEED. Settings are changes to the pipeline's plan (glmflash pipeline's
 # PipelinePlan.full), so "baseline" undoes what the plan adopted from the screen.
 set -euo pipefail
-budgets=160,320,480
+budgets=160,320,480,640,800
 declare -A RECIPES=(
     [baseline]="--set row_start=anywhere --set lr=2e-3"
     [pipeline]=""

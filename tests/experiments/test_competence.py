@@ -137,3 +137,36 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("glmflash competence: error:") for line in err)
     assert not (tmp_path / "r").exists()
+
+
+def test_larger_budgets_extend_the_stable_run_instead_of_retraining(tmp_path):
+    cfg = PretrainConfig(
+        preset="tiny",
+        batch_size=4,
+        seq_len=32,
+        warmup=1,
+        eval_batches=1,
+        eval_tasks=0,
+        precision="fp32",
+        decay_fraction=0.25,
+    )
+    quiet = dict(per_rung=1, rungs=("depth1",), log=lambda m: None)
+    short = measure(cfg, [4, 8], tmp_path / "h", TINY, **quiet)
+    longer = measure(cfg, [4, 8, 12], tmp_path / "h", TINY, **quiet)
+    assert longer["points"][:2] == short["points"]  # measured once, kept
+    # the 8-step stable run is now budget 8's point; the 12-step one continues it from step 6
+    record = json.loads((tmp_path / "h" / "stable" / "run.json").read_text())
+    assert record["branch_from"].endswith("budget_000008/checkpoints/step_000006")
+    assert record["pretrain"]["steps"] == 12
+    # and equals the 12-step stable run trained from step 0
+    fresh = measure(cfg, [12], tmp_path / "fresh", TINY, **quiet)
+    assert longer["points"][-1]["dev_loss"] == fresh["points"][-1]["dev_loss"]
+    # an extension killed before its first checkpoint starts again as the same branch
+    import shutil
+
+    shutil.rmtree(tmp_path / "h" / "stable" / "checkpoints")
+    (tmp_path / "h" / "stable" / "point.json").unlink()
+    again = measure(cfg, [4, 8, 12], tmp_path / "h", TINY, **quiet)
+    assert again["points"] == longer["points"]
+    record = json.loads((tmp_path / "h" / "stable" / "run.json").read_text())
+    assert record["branch_from"].endswith("budget_000008/checkpoints/step_000006")
