@@ -6,8 +6,12 @@ Advantages, over a group of G completions of one prompt with rewards r [..., G]:
     rloo     A_i = r_i - (1 / (G - 1)) sum_{j != i} r_j     leave-one-out (Ahmadian et al. 2024)
     grpo     A_i = (r_i - mean r) / (std r + eps)           group-normalised (Shao et al. 2024)
     dr_grpo  A_i = r_i - mean r                             no std division (Liu et al. 2025)
+    rft      A_i = 1 if r_i >= 1 (every case passed), else 0
 
-A group whose rewards are all equal gets exactly A = 0 under each: it gives no gradient.
+A group whose rewards are all equal gets exactly A = 0 under the first three: it gives no
+gradient. rft is not a policy gradient but its supervised control: rejection-sampling
+fine-tuning (RFT; Yuan et al. 2023), the likelihood of the policy's own correct completions
+raised and nothing else, including in groups where every completion passed.
 
 Loss, over N completions i with tokens t, logp_it = log pi_theta(y_it | prompt, y_i<t):
 
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-ADVANTAGES = ("rloo", "grpo", "dr_grpo")
+ADVANTAGES = ("rloo", "grpo", "dr_grpo", "rft")
 AGGREGATIONS = ("sequence", "token_mean", "constant")
 EPS = 1e-6
 
@@ -70,6 +74,8 @@ def advantages(rewards: Tensor, kind: str = "rloo", normalize_std: bool = False)
         adv = (rewards - mean) / (std + EPS)
     elif kind == "dr_grpo":
         adv = rewards - mean
+    elif kind == "rft":
+        return (rewards >= 1).to(rewards.dtype)
     else:
         raise ValueError(f"unknown advantage {kind!r}; choose from {', '.join(ADVANTAGES)}")
     # equal rewards give exactly zero (not a rounding residue): no gradient from such a group

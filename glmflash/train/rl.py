@@ -133,7 +133,9 @@ class RLConfig:
     normalize_std: bool = setting(False, "divide RLOO's advantages by the group's reward std")
     advantage: str = setting(
         "rloo",
-        "advantage estimator: leave-one-out, group mean and std (GRPO), group mean (Dr. GRPO)",
+        "advantage estimator: leave-one-out, group mean and std (GRPO), group mean (Dr. GRPO), "
+        "or rft: 1 for a passing completion, else 0 (rejection-sampling fine-tuning, the "
+        "supervised control on the policy's own samples)",
         ADVANTAGES,
     )
     aggregation: str = setting(

@@ -146,3 +146,14 @@ def test_algorithms_are_valid_configs():
         RLConfig(advantage="ppo")
     with pytest.raises(ValueError, match="update epochs"):
         RLConfig(update_epochs=0)
+
+
+def test_rft_imitates_exactly_the_passing_completions():
+    r = torch.tensor([[1.0, 0.0, -0.1, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.5, 0.0, 0.0]])
+    want = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(advantages(r, "rft"), want)  # all-pass groups are kept
+    # its loss is minus the mean (over all N completions) of the passing ones' log-likelihood
+    logp = torch.randn(4, 3)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    loss = policy_surrogate(logp, mask, advantages(r[0], "rft")).loss
+    torch.testing.assert_close(loss, -(logp[0].sum() + logp[3].sum()) / 4)
