@@ -20,7 +20,8 @@ KL to the initial policy and share of groups without reward spread.
 from __future__ import annotations
 
 from glmflash.experiments.registry import Experiment, register
-from glmflash.experiments.sft_vs_rl import BASE, HEALTH, QUICK, RUNGS, run
+from glmflash.experiments.rl_arm import HEALTH, QUICK
+from glmflash.experiments.sft_vs_rl import BASE, RUNGS, run
 from glmflash.train.policy_gradient import ALGORITHMS
 
 EXPERIMENT = register(

@@ -20,29 +20,12 @@ not; this measures what happens here.
 
 from __future__ import annotations
 
-import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
-from glmflash.evaluate.config import Sampling
-from glmflash.evaluate.rungs import evaluate_rungs
 from glmflash.experiments.registry import Experiment, register
-from glmflash.train import checkpoint as ckpt
-from glmflash.train.checkpoint import checkpoint_dirs
-from glmflash.train.rl import RLConfig, train_rl
-from glmflash.train.runlog import read_jsonl
+from glmflash.experiments.rl_arm import QUICK, train_and_evaluate
 
-EVAL_SEED = 0  # the evaluation tasks, the same for every arm and seed
 RUNGS = ("rl_only", "unseen_depth2", "unseen_depth3", "seed_neutral_names")
-HEALTH = ("entropy", "kl", "no_spread_share")  # means over an RL arm's steps
-QUICK = {
-    "groups": 4,
-    "tasks_per_step": 2,
-    "group_size": 4,
-    "max_new_tokens": 16,
-    "per_rung": 2,
-}  # --quick: tiny runs of every arm
 BASE: dict[str, Any] = {
     "init": None,
     "families": [],
@@ -57,40 +40,9 @@ BASE: dict[str, Any] = {
 
 
 def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Train one arm (any RLConfig fields in `config`) with this seed, then greedy pass@1 per
-    rung of the final policy, and the means of the run's health figures (RL arms)."""
-    c = dict(config)
-    init, per_rung = c.pop("init"), c.pop("per_rung")
-    if not init:
-        raise ValueError(
-            "this experiment starts from a pretrained checkpoint: pass --set init=CHECKPOINT_DIR"
-        )
-    cfg = RLConfig(
-        **{**c, "families": tuple(c["families"])},
-        seed=seed,
-        eval_every=c["groups"],
-        dev_per_family=1,
-        dev_ladder=1,
-    )
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="sft-vs-rl-") as tmp:
-        train_rl(init, Path(tmp), cfg, device="cpu", log=lambda _: None, progress=False)
-        model, _ = ckpt.load_model(checkpoint_dirs(Path(tmp))[-1])
-        rows = list(read_jsonl(Path(tmp) / "metrics.jsonl"))
-    train_seconds = time.perf_counter() - t0
-    greedy = evaluate_rungs(model, RUNGS, "dev", per_rung, Sampling(seed=EVAL_SEED))["greedy"]
-    rates = {r: k / n for r, (k, n) in greedy.per_family.items()}
-    health = {}
-    for key in HEALTH:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        if values:
-            health[key] = sum(values) / len(values)
-    return {
-        **rates,
-        "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2,
-        "train_seconds": train_seconds,
-        **health,
-    }
+    """One arm with this seed: `rl_arm.train_and_evaluate` on this experiment's rungs."""
+    rates = train_and_evaluate(config, seed, RUNGS)
+    return {**rates, "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2}
 
 
 EXPERIMENT = register(

@@ -19,9 +19,11 @@ def test_arms_differ_in_the_objective_only():
     assert len(exp.seeds) >= 5 and exp.comparisons == [("sft", "rl")]
 
 
-@pytest.mark.parametrize("name, arms", [("sft-vs-rl", 2), ("rl-algorithms", 4)])
+@pytest.mark.parametrize(
+    "name, arms", [("sft-vs-rl", 2), ("rl-algorithms", 4), ("rl-composition", 4)]
+)
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
-    """Both ladder experiments (they share the run function) on the tiny model, one seed."""
+    """The ladder experiments (they share rl_arm) on the tiny model, one seed."""
     torch.manual_seed(0)
     model = GLMFlash(model_config("tiny"))
     with torch.no_grad():  # far from uniform: completions differ
@@ -41,6 +43,8 @@ def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
         assert m["train_seconds"] > 0
         if record["condition"] != "sft":  # RL arms report their health
             assert 0 <= m["no_spread_share"] <= 1
+            steps = [s for s, _ in m["curves"]["reward_mean"]]
+            assert steps == sorted(steps) and steps[-1] == 4  # QUICK's groups
 
 
 def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
@@ -49,21 +53,21 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
     `unseen` is the mean of both unseen rungs."""
     from types import SimpleNamespace
 
-    from glmflash.experiments import sft_vs_rl
+    from glmflash.experiments import rl_arm, sft_vs_rl
 
     trained = []
 
     def train(init, out, cfg, **kw):  # two steps' health figures, one without a KL
         trained.append((init, cfg))
         rows = [
-            {"step": 4, "entropy": 1.0, "kl": None, "no_spread_share": 0.5},
-            {"step": 8, "entropy": 2.0, "kl": 0.25, "no_spread_share": 1.0},
+            {"step": 4, "entropy": 1.0, "kl": None, "no_spread_share": 0.5, "reward_mean": 0.1},
+            {"step": 8, "entropy": 2.0, "kl": 0.25, "no_spread_share": 1.0, "reward_mean": 0.3},
         ]
         (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-    monkeypatch.setattr(sft_vs_rl, "train_rl", train)
-    monkeypatch.setattr(sft_vs_rl, "checkpoint_dirs", lambda out: ["step_1", "step_2"])
-    monkeypatch.setattr(sft_vs_rl.ckpt, "load_model", lambda path: (f"model@{path}", None))
+    monkeypatch.setattr(rl_arm, "train_rl", train)
+    monkeypatch.setattr(rl_arm, "checkpoint_dirs", lambda out: ["step_1", "step_2"])
+    monkeypatch.setattr(rl_arm.ckpt, "load_model", lambda path: (f"model@{path}", None))
     counts = {
         "rl_only": (1, 4),
         "unseen_depth2": (2, 4),
@@ -77,11 +81,11 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
             sft_vs_rl.RUNGS,
             "dev",
             4,
-            Sampling(seed=sft_vs_rl.EVAL_SEED),
+            Sampling(seed=rl_arm.EVAL_SEED),
         )
         return {"greedy": SimpleNamespace(per_family=counts)}
 
-    monkeypatch.setattr(sft_vs_rl, "evaluate_rungs", evaluate)
+    monkeypatch.setattr(rl_arm, "evaluate_rungs", evaluate)
     config = {**registry.get("sft-vs-rl").conditions["rl"], "init": "CK", "per_rung": 4}
     metrics = sft_vs_rl.run(config, seed=3)
     assert [(init, cfg.objective, cfg.seed, cfg.ladder_share) for init, cfg in trained] == [
@@ -94,8 +98,25 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
         "seed_neutral_names": 0.75,
     }
     assert metrics["unseen"] == 0.375
-    assert {k: metrics[k] for k in sft_vs_rl.HEALTH} == {
+    assert {k: metrics[k] for k in rl_arm.HEALTH} == {
         "entropy": 1.5,
         "kl": 0.25,
         "no_spread_share": 0.75,
     }
+    assert metrics["curves"]["reward_mean"] == [[4, 0.1], [8, 0.3]]
+
+
+def test_composition_arms_differ_in_what_they_name():
+    exp = registry.get("rl-composition")
+    c = exp.conditions
+
+    def diff(a, b):
+        return {k for k in c[a] if c[a][k] != c[b].get(k)} | set(c[b]) - set(c[a])
+
+    assert diff("stage", "edge") == {"sampler", "edge_probe"}
+    assert diff("edge", "edge_all") == {"scope", "lr"}
+    assert diff("edge_all", "rft") == {"sampler", "edge_probe", "advantage"}
+    assert c["stage"]["split"] == "confirm" and len(exp.seeds) >= 8
+    sweep = registry.get("rl-scope-lr").conditions
+    assert {v["split"] for v in sweep.values()} == {"dev"}
+    assert sorted(v["lr"] for v in sweep.values() if v["scope"] == "all") == [1e-5, 3e-5, 1e-4]

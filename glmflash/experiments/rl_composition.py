@@ -1,0 +1,118 @@
+"""Does RL teach the model to compose what it has not seen composed?
+
+Yuan et al. (2025, "From f(x) and g(x) to f(g(x))") find that RL on depth-2 compositions of
+skills a model already has transfers to deeper, unseen compositions, where RL on depth 1 or
+supervised training on the same data does not; Zhang, Neubig and Yue (2025) find RL gains only
+at the edge of competence, on tasks the base solves sometimes. Every arm starts from one
+checkpoint with headroom (`--set init=DIR`: the pipeline's, or the budget curve's base) and
+trains on the pipeline RL stage's tasks (the ladder's RL structures and three seed families)
+for the same number of groups:
+
+    stage     the pipeline's RL stage: tasks in order, last block and head, lr 1e-4
+    edge      tasks drawn at the edge of competence (task_sampler), groups without reward
+              spread dropped and redrawn (DAPO's dynamic sampling)
+    edge_all  edge, training the whole model at ALL_LR (chosen by rl-scope-lr on dev)
+    rft       the supervised control at the same scope and learning rate: imitate the
+              policy's own passing completions (rejection-sampling fine-tuning)
+
+The final policies are read on the confirm split (opened once, for the claim), greedy pass@1
+per rung: the trained structures (rl_only), those pretraining taught (seen_depth2), those no
+training text or RL task holds (unseen_depth2, unseen_depth3), depth 1 under phrasings no
+training text uses, and the seed families under neutral and misleading names. The primary
+metric `unseen` is the mean of the two unseen rungs.
+
+`rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
+on the last block and head at the stage's rate, on the dev split, three seeds; its
+`rollouts_per_s` says what training the whole model costs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glmflash.experiments.registry import Experiment, register
+from glmflash.experiments.rl_arm import QUICK, train_and_evaluate
+
+RUNGS = (
+    "rl_only",
+    "seen_depth2",
+    "unseen_depth2",
+    "unseen_depth3",
+    "depth1_heldout_phrasings",
+    "seed_neutral_names",
+    "seed_misleading_names",
+)
+ALL_LR = 3e-5  # whole-model learning rate: rl-scope-lr's choice on dev
+BASE: dict[str, Any] = {
+    "init": None,
+    "families": ["increment", "double", "even"],
+    "ladder_share": 0.5,
+    "groups": 192,
+    "group_size": 16,
+    "tasks_per_step": 4,
+    "lr": 1e-4,
+    "scope": "last-block-head",
+    "sampler": "uniform",
+    "per_rung": 32,
+    "split": "confirm",
+}
+EDGE = {"sampler": "edge", "edge_probe": 2}
+ALL = {"scope": "all", "lr": ALL_LR}
+
+
+def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One arm with this seed; `unseen` is the mean of the two unseen rungs."""
+    rates = train_and_evaluate(config, seed, RUNGS)
+    return {**rates, "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2}
+
+
+SECONDARY = (*RUNGS, "no_spread_share", "train_seconds", "rollouts_per_s")
+
+EXPERIMENT = register(
+    Experiment(
+        name="rl-composition",
+        description=(
+            "From one checkpoint with headroom (--set init=CKPT): the pipeline's RL stage, "
+            "the edge-of-competence sampler, the sampler on the whole model, and rejection-"
+            "sampling fine-tuning at the same scope; greedy pass@1 on the confirm split per "
+            "ladder rung, the primary metric the mean of the unseen rungs."
+        ),
+        conditions={
+            "stage": BASE,
+            "edge": {**BASE, **EDGE},
+            "edge_all": {**BASE, **EDGE, **ALL},
+            "rft": {**BASE, **ALL, "advantage": "rft"},
+        },
+        seeds=tuple(range(1, 9)),  # 8 paired seeds: a sign-flip test can reach p = 1/128
+        run=run,
+        metric="unseen",
+        secondary=SECONDARY,
+        comparisons=[("stage", "edge"), ("stage", "edge_all"), ("rft", "edge_all")],
+        quick=QUICK,
+        quick_seeds=(1, 2),
+    )
+)
+
+LR_SWEEP = register(
+    Experiment(
+        name="rl-scope-lr",
+        description=(
+            "The edge sampler training the whole model at three learning rates, and the last "
+            "block and head at 1e-4, from one checkpoint (--set init=CKPT); dev split."
+        ),
+        conditions={
+            "head_1e-4": {**BASE, **EDGE, "split": "dev"},
+            **{
+                f"all_{lr:.0e}": {**BASE, **EDGE, "scope": "all", "lr": lr, "split": "dev"}
+                for lr in (1e-5, 3e-5, 1e-4)
+            },
+        },
+        seeds=(1, 2, 3),
+        run=run,
+        metric="unseen",
+        secondary=SECONDARY,
+        comparisons=[("head_1e-4", f"all_{lr:.0e}") for lr in (1e-5, 3e-5, 1e-4)],
+        quick=QUICK,
+        quick_seeds=(1,),
+    )
+)
