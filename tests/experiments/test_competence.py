@@ -17,6 +17,16 @@ AT_BAR = {
     "unseen_depth2": [5, 32],
     "unseen_depth3": [1, 32],
 }  # 50%, 15.6%, 15.6%, 3.1%: every line just met
+SMALL = PretrainConfig(
+    preset="tiny",
+    batch_size=4,
+    seq_len=32,
+    warmup=1,
+    eval_batches=1,
+    eval_tasks=0,
+    precision="fp32",
+    decay_fraction=0.25,
+)  # a harness run of a few seconds
 
 
 def test_the_bar_holds_only_when_every_line_holds():
@@ -54,17 +64,7 @@ TINY = {"context": 256}  # every ladder prompt fits
 
 
 def test_a_tiny_harness_run_branches_and_evaluates_every_budget(tmp_path):
-    cfg = PretrainConfig(
-        preset="tiny",
-        batch_size=4,
-        seq_len=32,
-        warmup=1,
-        eval_batches=1,
-        eval_tasks=0,
-        precision="fp32",
-        optimizer="muon",
-        decay_fraction=0.25,
-    )
+    cfg = replace(SMALL, optimizer="muon")
     rungs = ("depth1", "unseen_depth3")
     anyone = {"depth1": (">=", 0.0)}  # a bar any model clears
     row = measure(
@@ -140,16 +140,7 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys):
 
 
 def test_larger_budgets_extend_the_stable_run_instead_of_retraining(tmp_path):
-    cfg = PretrainConfig(
-        preset="tiny",
-        batch_size=4,
-        seq_len=32,
-        warmup=1,
-        eval_batches=1,
-        eval_tasks=0,
-        precision="fp32",
-        decay_fraction=0.25,
-    )
+    cfg = SMALL
     quiet = dict(per_rung=1, rungs=("depth1",), log=lambda m: None)
     short = measure(cfg, [4, 8], tmp_path / "h", TINY, **quiet)
     longer = measure(cfg, [4, 8, 12], tmp_path / "h", TINY, **quiet)
