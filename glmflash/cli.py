@@ -1,7 +1,8 @@
 """The `glmflash` command line. Each subcommand lives in its own module, imported on use.
 
-A command module exposes `add_arguments(parser)` and `run(args) -> int`; register it in
-COMMANDS below. Errors meant for the user are raised as `CLIError` and printed as one line.
+Command NAME is the module `glmflash.commands.NAME`, which exposes `add_arguments(parser)` and
+`run(args) -> int`; register it in COMMANDS below. Errors meant for the user are raised as
+`CLIError` and printed as one line.
 """
 
 from __future__ import annotations
@@ -12,24 +13,21 @@ import sys
 
 from glmflash.errors import CLIError  # re-exported: commands raise it, main prints it
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    # name: (module, one-line help)
-    "pipeline": ("glmflash.pipeline", "random weights -> pretrain -> RL -> vision -> report"),
-    "info": ("glmflash.info", "parameter counts per component, layer pattern and options"),
-    "verify": ("glmflash.verify.cli", "check candidate code against a task's hidden cases"),
-    "generate": ("glmflash.generate", "complete prompts with a checkpoint"),
-    "export": ("glmflash.export.hf", "a checkpoint as a Hugging Face folder (trust_remote_code)"),
-    "eval": ("glmflash.evaluate.coding", "greedy pass@1 or sampled pass@k on a task split"),
-    "rl": ("glmflash.train.rl", "RLOO post-training against the sandboxed verifier"),
-    "vision": ("glmflash.train.vision", "teach the model to read rendered digits"),
-    "experiment": ("glmflash.experiments.cli", "run a built-in experiment over paired seeds"),
-    "report": ("glmflash.experiments.report", "Markdown report with statistics and plots"),
-    "bench": ("glmflash.bench.cli", "benchmarks against naive baselines, as ratios"),
-    "pretrain": ("glmflash.train.pretrain", "pretrain from random weights on the synthetic corpus"),
-    "competence": (
-        "glmflash.experiments.competence",
-        "pretraining tokens until the task ladder clears the competence bar",
-    ),
+COMMANDS: dict[str, str] = {
+    # name (the module glmflash.commands.<name>): one-line help
+    "pipeline": "random weights -> pretrain -> RL -> vision -> report",
+    "info": "parameter counts per component, layer pattern and options",
+    "verify": "check candidate code against a task's hidden cases",
+    "generate": "complete prompts with a checkpoint",
+    "export": "a checkpoint as a Hugging Face folder (trust_remote_code)",
+    "eval": "greedy pass@1 or sampled pass@k on a task split",
+    "rl": "RLOO post-training against the sandboxed verifier",
+    "vision": "teach the model to read rendered digits",
+    "experiment": "run a built-in experiment over paired seeds",
+    "report": "Markdown report with statistics and plots",
+    "bench": "benchmarks against naive baselines, as ratios",
+    "pretrain": "pretrain from random weights on the synthetic corpus",
+    "competence": "pretraining tokens until the task ladder clears the competence bar",
 }
 
 
@@ -38,7 +36,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     is imported just to add its arguments, so `glmflash verify` never loads torch."""
     parser = argparse.ArgumentParser(prog="glmflash", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
+        module = f"glmflash.commands.{name}"
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
         if only is None or name == only:

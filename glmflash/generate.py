@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from glmflash import tokenizer as tok
-from glmflash.errors import CLIError
 from glmflash.model.lm import GLMFlash, merge_states
+from glmflash.progress import Progress
 
 NEWLINE = tok.BYTE_OFFSET + ord("\n")
 INDENT = (tok.BYTE_OFFSET + ord(" "), tok.BYTE_OFFSET + ord("\t"), NEWLINE)
@@ -222,8 +222,6 @@ def generate(
     was_training = model.training
     model.eval()
     results: list[Completion | None] = [None] * len(ids)
-    from glmflash.train.progress import Progress
-
     progress = Progress(len(ids), enabled=len(ids) >= 256, unit="seq", desc="generate")
     done = 0
     try:
@@ -268,40 +266,3 @@ def check_against_full_recompute(
         "seconds": seconds,
         "speedup": seconds["full_recompute"] / max(seconds["cached"], 1e-9),
     }
-
-
-# -- command line: glmflash generate ---------------------------------------------------------
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--prompt", required=True, action="append", help="may be given several times")
-    p.add_argument("--samples", type=int, default=1, help="completions per prompt")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-
-
-def run(args) -> int:
-    from glmflash.device import resolve_device
-    from glmflash.train.checkpoint import CheckpointError, load_model
-
-    try:
-        model, _ = load_model(args.checkpoint, resolve_device(args.device))
-    except (CheckpointError, ValueError) as e:
-        raise CLIError(str(e)) from None
-    prompts = [p.encode().decode("unicode_escape") for p in args.prompt]  # allow "\n" escapes
-    outs = generate(
-        model,
-        [p for p in prompts for _ in range(args.samples)],
-        args.max_new_tokens,
-        args.temperature,
-        args.top_p,
-        args.seed,
-    )
-    for i, c in enumerate(outs):
-        print(f"--- prompt {i // args.samples} sample {i % args.samples} (stop: {c.stop})")
-        print(prompts[i // args.samples] + c.text)
-    return 0

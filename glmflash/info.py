@@ -1,4 +1,5 @@
-"""`glmflash info`: total and active parameters per component, the layer pattern, the options.
+"""Total and active parameters per component, from a model config alone (no torch): the
+counts `glmflash info` prints.
 
 Active parameters are those one token uses: every parameter except the routed experts, of
 which a token uses top_k of n_experts. The tied head is the embedding, counted once.
@@ -6,12 +7,9 @@ which a token uses top_k of n_experts. The tied head is the embedding, counted o
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import Counter
 
-from glmflash.config import PRESETS, ConfigError, ModelConfig, model_config
-from glmflash.errors import CLIError
+from glmflash.config import ModelConfig
 
 COMPONENTS = (
     "embedding",
@@ -103,43 +101,3 @@ def tables(total: Counter[str], cfg: ModelConfig) -> dict[str, dict[str, int]]:
     active_d = {c: active.get(c, 0) for c in COMPONENTS}
     total_d["all"], active_d["all"] = sum(total.values()), sum(active.values())
     return {"total": total_d, "active": active_d}
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="25m", help=f"one of {', '.join(PRESETS)}")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = model_config(args.preset)
-    except ConfigError as e:
-        raise CLIError(str(e)) from None
-    counts = parameter_counts(cfg)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "preset": args.preset,
-                    "layer_kinds": cfg.layer_kinds,
-                    "parameters": counts,
-                    "config": cfg.to_dict(),
-                }
-            )
-        )
-        return 0
-    print(
-        f"glmflash preset {args.preset}: {counts['total']['all'] / 1e6:.2f}M parameters, "
-        f"{counts['active']['all'] / 1e6:.2f}M active per token"
-    )
-    print(
-        f"layers: {cfg.layer_kinds} (L = {cfg.linear_kind} linear attention, "
-        f"S = {cfg.sparse_kind} sparse attention)"
-    )
-    print(f"{'component':<16}{'total':>12}{'active':>12}")
-    for c in (*COMPONENTS, "all"):
-        if counts["total"][c] or c == "all":
-            print(f"{c:<16}{counts['total'][c]:>12,}{counts['active'][c]:>12,}")
-    opts = ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items())
-    print(f"options: {opts}")
-    return 0

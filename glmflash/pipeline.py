@@ -29,11 +29,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from glmflash.checkpoint import checkpoint_dirs, load_model, read_config
 from glmflash.config import PretrainConfig
 from glmflash.data.code_tasks import FAMILIES, tasks
-from glmflash.errors import CLIError
+from glmflash.device import resolve_device
+from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.evaluate.config import EvalConfig, Sampling
-from glmflash.flags import changed_settings, with_setting
+from glmflash.evaluate.rungs import COMPETENCE_BAR, RUNGS, clears_bar, evaluate_rungs, rung_table
+from glmflash.flags import changed_settings
+from glmflash.generate import check_against_full_recompute
+from glmflash.machine import machine_record
 from glmflash.processes import in_fresh_process
 from glmflash.stages import (
     ConfirmEval,
@@ -44,8 +49,9 @@ from glmflash.stages import (
     load_stage,
     save_stage,
 )
-from glmflash.train.rl import RLConfig
-from glmflash.train.vision import VisionConfig
+from glmflash.train.pretrain import pretrain
+from glmflash.train.rl import RLConfig, train_rl
+from glmflash.train.vision import VisionConfig, train_vision
 
 TRAINED = ("increment", "double", "even")
 STAGE_FILE = "stage.json"
@@ -193,23 +199,19 @@ class Pipeline:
         vision = self.stage("vision", VisionStage, "vision", base)
         results = self.results(pre, before, rl, after, vision)
         (self.out / "results.json").write_text(json.dumps(results, indent=2))
-        from glmflash.report import write_pipeline_report
+        from glmflash.report import write_pipeline_report  # scipy: only when the report is due
 
         write_pipeline_report(self.out, results, before, after)
         return results
 
     def pretrain_stage(self, folder: Path) -> TrainStage:
         """Pretraining from random weights; the kept checkpoint with the lowest dev loss."""
-        from glmflash.train.pretrain import pretrain
-
         run_dir = folder / "run"
         summary = pretrain(self.plan.pretrain, run_dir, self.device, resume=resumable(run_dir))
         return TrainStage(summary, str(select_by_dev_loss(run_dir)))
 
     def rl_stage(self, folder: Path, base: str) -> TrainStage:
         """RL from the pretrained checkpoint `base`; the checkpoint best on dev."""
-        from glmflash.train.rl import train_rl
-
         run_dir = folder / "run"
         summary = train_rl(base, run_dir, self.plan.rl, self.device, resume=resumable(run_dir))
         return TrainStage(summary, str(run_dir / "best"))
@@ -217,12 +219,6 @@ class Pipeline:
     def confirm_eval(self, folder: Path, checkpoint: str) -> ConfirmEval:
         """Greedy pass@1 per ladder rung and on the trained families, sampled pass@k on all
         families."""
-        from glmflash.device import resolve_device
-        from glmflash.evaluate.coding import evaluate_tasks
-        from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, rung_table
-        from glmflash.generate import check_against_full_recompute
-        from glmflash.train.checkpoint import load_model
-
         p, e = self.plan, self.plan.evaluation
         model, _ = load_model(checkpoint, resolve_device(self.device))
         seed = p.pretrain.seed
@@ -253,8 +249,6 @@ class Pipeline:
         )
 
     def vision(self, folder: Path, base: str) -> VisionStage:
-        from glmflash.train.vision import train_vision
-
         run_dir = folder / "run"
         if run_dir.exists():  # an interrupted vision run restarts (it takes minutes)
             shutil.rmtree(run_dir)
@@ -264,9 +258,6 @@ class Pipeline:
     def machine(self) -> dict[str, Any]:
         """The machine the timings were taken on, with the dtypes pretraining chose, as its run
         recorded them (`auto` is decided once per run, not again here)."""
-        from glmflash.device import resolve_device
-        from glmflash.machine import machine_record
-
         run = json.loads((self.out / "pretrain" / "run" / "run.json").read_text())
         return machine_record(resolve_device(self.device), **run["machines"][-1]["dtypes"])
 
@@ -279,9 +270,6 @@ class Pipeline:
         vision: VisionStage,
     ) -> dict[str, Any]:
         """results.json: every stage's figures, before and after RL side by side."""
-        from glmflash.evaluate.rungs import COMPETENCE_BAR, clears_bar
-        from glmflash.train.checkpoint import read_config
-
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
         tokens_per_step = self.plan.pretrain.batch_size * self.plan.pretrain.seq_len
         wall = {k: round(v.wall_seconds, 1) for k, v in stages.items()}
@@ -349,8 +337,6 @@ def resumable(run_dir: Path) -> bool:
     """Whether a stage's training run resumes: only from a checkpoint. A run killed before its
     first one is removed and starts afresh (pretraining refuses to resume without a checkpoint,
     and its run.json may be half written)."""
-    from glmflash.train.checkpoint import checkpoint_dirs
-
     if checkpoint_dirs(run_dir):
         return True
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -360,8 +346,6 @@ def resumable(run_dir: Path) -> bool:
 def select_by_dev_loss(run_dir: Path) -> Path:
     """The kept checkpoint with the lowest dev loss, the later one on a tie (it has trained
     longer for the same loss); the latest when none has a dev loss."""
-    from glmflash.train.checkpoint import checkpoint_dirs
-
     best, best_loss = None, float("inf")
     for folder in checkpoint_dirs(run_dir):
         meta = json.loads((folder / "config.json").read_text())["meta"]
@@ -369,70 +353,3 @@ def select_by_dev_loss(run_dir: Path) -> Path:
         if loss is not None and loss <= best_loss:
             best, best_loss = folder, loss
     return best or checkpoint_dirs(run_dir)[-1]
-
-
-# -- command line ----------------------------------------------------------------------------
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--preset", default="25m", choices=("25m", "tiny"))
-    p.add_argument("--out", default="runs/pipeline")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="the same stages on the tiny preset, with minimal budgets (about a minute)",
-    )
-    p.add_argument(
-        "--one-process",
-        action="store_true",
-        help="run every stage in this process, not each in a fresh one (for a debugger or a "
-        "profiler; the later stages then run slower)",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="STAGE.FIELD=VALUE",
-        help="change one setting of the plan, e.g. --set rl.lr=3e-4 --set "
-        "pretrain.steps=200 --set evaluation.sampling.samples=16 (recorded in OUT/plan.json)",
-    )
-
-
-def plan_from_args(args) -> PipelinePlan:
-    """The full or quick plan with the --set changes applied in order."""
-    plan = (
-        PipelinePlan.quick(args.seed)
-        if args.quick or args.preset == "tiny"
-        else PipelinePlan.full(args.seed)
-    )
-    for item in args.set:
-        path, sep, value = item.partition("=")
-        if not sep or not path.strip():
-            raise ValueError(f"bad --set {item!r}: expected STAGE.FIELD=VALUE")
-        plan = with_setting(plan, path.strip(), value.strip())
-    return plan
-
-
-def run(args) -> int:
-    from glmflash.train.checkpoint import CheckpointError
-    from glmflash.train.runlog import TrainError
-
-    try:
-        plan = plan_from_args(args)
-        results = Pipeline(args.out, plan, args.device, fresh_processes=not args.one_process).run()
-    except (TrainError, CheckpointError, ValueError) as e:
-        raise CLIError(str(e)) from None
-    print(
-        json.dumps(
-            {
-                "out": args.out,
-                "wall_seconds": results["wall_seconds"],
-                "rl": {k: v for k, v in results["rl"].items() if k != "per_family"},
-                "vision": results["vision"],
-            }
-        )
-    )
-    print(f"report: {Path(args.out) / 'report.md'}", file=sys.stderr)
-    return 0

@@ -10,24 +10,22 @@ import typing
 import pytest
 import torch
 
+from glmflash.checkpoint import save_model
 from glmflash.cli import main
+from glmflash.commands import eval as eval_command
+from glmflash.commands import pretrain, rl, vision
 from glmflash.config import PretrainConfig, model_config
-from glmflash.evaluate import coding
 from glmflash.evaluate.config import Sampling
 from glmflash.flags import add_config_flags, changed_settings, flag_name, given, setting
 from glmflash.model.lm import GLMFlash
-from glmflash.train import pretrain, rl, vision
-from glmflash.train.checkpoint import save_model
+from glmflash.train.rl import RLConfig
+from glmflash.train.vision import VisionConfig
 
 COMMANDS = [
     (pretrain, PretrainConfig, lambda args: PretrainConfig(**given(PretrainConfig, args))),
-    (rl, rl.RLConfig, rl.config_from_args),
-    (
-        vision,
-        vision.VisionConfig,
-        lambda args: vision.VisionConfig(**given(vision.VisionConfig, args)),
-    ),
-    (coding, Sampling, lambda args: Sampling(**given(Sampling, args))),
+    (rl, RLConfig, rl.config_from_args),
+    (vision, VisionConfig, lambda args: VisionConfig(**given(VisionConfig, args))),
+    (eval_command, Sampling, lambda args: Sampling(**given(Sampling, args))),
 ]
 IDS = ["pretrain", "rl", "vision", "eval"]
 
@@ -80,7 +78,7 @@ def test_every_field_set_on_the_command_line_reaches_the_config(module, cls, bui
         "pretrain": ["--out", "x"],
         "rl": ["--init", "c", "--out", "x"],
         "vision": ["--from-scratch", "--out", "x"],
-        "coding": ["--checkpoint", "c"],
+        "eval": ["--checkpoint", "c"],
     }[module.__name__.rsplit(".", 1)[-1]]
     for f in dataclasses.fields(cls):
         value, argv = other_value(f, hints[f.name])
@@ -157,8 +155,8 @@ def argv_setting_everything(cls, cheap: dict) -> tuple[list[str], dict]:
             PretrainConfig,
             lambda out: json.loads((out / "run.json").read_text())["pretrain"],
         ),
-        ("rl", rl.RLConfig, lambda out: json.loads((out / "run.json").read_text())["rl"]),
-        ("vision", vision.VisionConfig, lambda out: json.loads((out / "results.json").read_text())),
+        ("rl", RLConfig, lambda out: json.loads((out / "run.json").read_text())["rl"]),
+        ("vision", VisionConfig, lambda out: json.loads((out / "results.json").read_text())),
     ],
 )
 def test_every_setting_reaches_the_run_record(tmp_path, command, cls, record):

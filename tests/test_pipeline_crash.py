@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from glmflash.checkpoint import load_model, save_model
 from glmflash.config import PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
 from glmflash.pipeline import Pipeline, PipelinePlan, select_by_dev_loss
-from glmflash.train.checkpoint import load_model, save_model
 from glmflash.train.pretrain import pretrain
 from glmflash.train.rl import _best_so_far, train_rl
 from glmflash.train.runlog import read_jsonl, trim_metrics
@@ -236,7 +236,7 @@ def test_a_kill_while_pruning_checkpoints_leaves_none_half_deleted(tmp_path, mon
             (Path(path) / "config.json").unlink()
             raise Killed
 
-    monkeypatch.setattr("glmflash.train.checkpoint.shutil.rmtree", dies_midway)
+    monkeypatch.setattr("glmflash.checkpoint.shutil.rmtree", dies_midway)
     cfg = PretrainConfig(
         preset="tiny",
         steps=2,
@@ -327,7 +327,7 @@ def test_a_kill_between_the_two_renames_of_best_gets_the_old_best_back(tmp_path,
         real_replace(src, dst)
 
     with monkeypatch.context() as m:
-        m.setattr("glmflash.train.checkpoint.os.replace", dies_at_the_second_rename)
+        m.setattr("glmflash.checkpoint.os.replace", dies_at_the_second_rename)
         with pytest.raises(Killed):
             save_model(tmp_path / "best", new, best={"dev_pass1": 0.75})
     assert not (tmp_path / "best").exists()

@@ -9,19 +9,20 @@ import typing
 
 import pytest
 
-from glmflash import pipeline
 from glmflash.cli import main
+from glmflash.commands import pipeline as pipeline_command
+from glmflash.commands.pipeline import plan_from_args
 from glmflash.config import PretrainConfig
 from glmflash.evaluate.config import EvalConfig, Sampling
 from glmflash.flags import flat
-from glmflash.pipeline import Pipeline, PipelinePlan, plan_from_args
+from glmflash.pipeline import Pipeline, PipelinePlan
 from glmflash.train.rl import RLConfig
 from glmflash.train.vision import VisionConfig
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    pipeline.add_arguments(p)
+    pipeline_command.add_arguments(p)
     return p.parse_args(argv)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from glmflash.train import checkpoint as ckpt
+from glmflash import checkpoint as ckpt
 from glmflash.train.rl import RLConfig, make_learner, rl_step, rl_tasks, sample_rollouts
 
 PHASES = ("sample", "verify", "update")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from glmflash.errors import CLIError
+from glmflash.verify import humaneval
 from glmflash.verify.sandbox import MAX_TIMEOUT, VerifierPool
 from glmflash.verify.task import Task, parse_json, task_from_json
 
@@ -105,8 +106,6 @@ def _load_jsonl(path: Path, pool: VerifierPool) -> list[tuple[str, Task] | BadRe
 
 
 def run_humaneval(mode: str, pool: VerifierPool, as_json: bool) -> int:
-    from glmflash.verify import humaneval
-
     try:
         sources, tasks, labels = humaneval.programs(mode)
     except FileNotFoundError as err:

@@ -19,8 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from glmflash.data import derive_seed
 from glmflash.data.code_tasks import CodeTask
+from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.evaluate.config import GREEDY, Sampling
+from glmflash.evaluate.passk import pass_at_k
+from glmflash.progress import Progress
+from glmflash.verify import humaneval
 from glmflash.verify.task import CheckTask, parse_json, task_from_json
 
 
@@ -74,8 +79,6 @@ def load_tasks(path: str | Path) -> list[CodeTask]:
 
 def humaneval_tasks() -> list[CodeTask]:
     """HumanEval's problems as test-code tasks (the prompt: imports, signature, docstring)."""
-    from glmflash.verify import humaneval
-
     return [
         CodeTask(
             family="humaneval",
@@ -104,11 +107,6 @@ def evaluate_saved(
     `records_path` as each chunk finishes; with `resume`, tasks whose records are there are
     not evaluated again. Scores come from the saved records: greedy pass@1 or pass@k per group
     and overall. A chunk's sampling seed derives from (seed, its first task's id)."""
-    from glmflash.data import derive_seed
-    from glmflash.evaluate.coding import evaluate_tasks
-    from glmflash.evaluate.passk import pass_at_k
-    from glmflash.train.progress import Progress
-
     n, k = sampling.n, sampling.pass_k
     saved: dict[str, list[dict]] = {}
     if resume and records_path.is_file():

@@ -31,15 +31,16 @@ from typing import Any
 
 import torch
 
+from glmflash.checkpoint import load_model
 from glmflash.config import PretrainConfig
 from glmflash.data import ladder
-from glmflash.errors import CLIError
 from glmflash.evaluate.rungs import COMPETENCE_BAR as BAR
 from glmflash.evaluate.rungs import clears_bar, evaluate_rungs, rung_tasks
-from glmflash.flags import with_setting
 from glmflash.model.lm import GLMFlash
+from glmflash.pipeline import resumable
 from glmflash.plots import pyplot, save
 from glmflash.tokenizer import encode
+from glmflash.train.pretrain import RUN, pretrain
 from glmflash.train.schedule import decay_start
 
 RUNGS = (*ladder.RUNGS, "seed_neutral_names")  # the ladder, and one seed-family control
@@ -90,12 +91,9 @@ def measure(
 ) -> dict[str, Any]:
     """Train the stable run and its branches into `out`, evaluate every budget, and return the
     table row. Every piece is skipped once done, so an interrupted call resumes."""
-    from glmflash.train.checkpoint import load_model
-    from glmflash.train.pretrain import RUN
-
     budgets = sorted(set(budgets))
     if not budgets or budgets[0] <= cfg.warmup:
-        raise CLIError(f"--budgets needs step counts above the warm-up ({cfg.warmup} steps)")
+        raise ValueError(f"--budgets needs step counts above the warm-up ({cfg.warmup} steps)")
     cfg = replace(cfg, schedule="wsd", steps=budgets[-1])
     starts = branch_points(cfg, budgets)
     saves = sorted({s for b, s in starts.items() if b != budgets[-1]} | {budgets[-1]})
@@ -153,8 +151,6 @@ def extend(out: Path, stable: PretrainConfig) -> Path | None:
     still at the stable learning rate (check_branch verifies that). The same answer on every
     call, so an interrupted extension resumes as a branch; None when nothing was extended.
     So asking for larger budgets costs only the steps not yet trained."""
-    from glmflash.train.pretrain import RUN
-
     old = out / "stable" / RUN
     if old.is_file():
         steps = json.loads(old.read_text())["pretrain"]["steps"]
@@ -191,9 +187,6 @@ def _train(
 ) -> dict[str, Any]:
     """Run one pretraining run, or resume it from its last checkpoint (pretraining refuses a
     resume whose settings differ); a run killed before its first checkpoint starts afresh."""
-    from glmflash.pipeline import resumable
-    from glmflash.train.pretrain import pretrain
-
     return pretrain(
         cfg,
         run_dir,
@@ -229,55 +222,3 @@ def plot_table(rows: list[dict[str, Any]], png: Path) -> None:
     axes[0].set_ylabel("greedy pass@1, dev (%)")
     axes[-1].legend(fontsize=7)
     save(fig, png, dpi=110)
-
-
-# -- command line ----------------------------------------------------------------------------
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--out", required=True, help="folder of table.json and its figure")
-    p.add_argument(
-        "--runs",
-        default="runs/competence",
-        help="folder of the training runs (checkpoints: large), one NAME_sSEED folder each",
-    )
-    p.add_argument("--name", required=True, help="the configuration's row name")
-    p.add_argument("--budgets", required=True, help="step counts, comma-separated")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a pretraining setting changed from the pipeline's plan, e.g. lr=4e-3",
-    )
-    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--per-rung", type=int, default=32, help="dev tasks per rung")
-
-
-def run(args) -> int:
-    from glmflash.config import ConfigError
-    from glmflash.pipeline import PipelinePlan
-    from glmflash.train.pretrain import TrainError, parse_model_options
-
-    out = Path(args.out)
-    try:
-        plan = PipelinePlan.full(args.seed)
-        for item in args.set:
-            key, _, value = item.partition("=")
-            plan = with_setting(plan, f"pretrain.{key}", value)
-        budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
-        options = parse_model_options(args.model_option)
-        row = measure(
-            plan.pretrain,
-            budgets,
-            Path(args.runs) / f"{args.name}_s{args.seed}",
-            options,
-            args.per_rung,
-        )
-    except (ConfigError, TrainError, ValueError) as e:
-        raise CLIError(str(e)) from None
-    rows = update_table(out / TABLE, args.name, row)
-    plot_table(rows, out / "tokens_to_bar.png")
-    print(json.dumps({"name": args.name, "seed": args.seed, "tokens_to_bar": row["tokens_to_bar"]}))
-    return 0

@@ -1,4 +1,4 @@
-"""`glmflash report DIR`: statistics, a Markdown report and plots for each experiment in DIR.
+"""Statistics, a Markdown report and plots for each experiment in DIR (`glmflash report DIR`).
 
 For every folder DIR/NAME written by `glmflash experiment` (or DIR itself, if it is one):
 
@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from glmflash.errors import CLIError
 from glmflash.evaluate import stats
 from glmflash.experiments.runner import DEFINITION, RUNS, read_run, write_json_atomic
 from glmflash.plots import pyplot, save
@@ -360,24 +359,3 @@ def experiment_folders(root: Path) -> list[Path]:
     if (root / DEFINITION).is_file():
         return [root]
     return sorted(p for p in root.iterdir() if (p / DEFINITION).is_file()) if root.is_dir() else []
-
-
-def add_arguments(p) -> None:
-    p.add_argument("dir", help="an experiment's --out folder (or one experiment's folder)")
-    p.add_argument("--alpha", type=float, default=ALPHA, help=f"default {ALPHA}")
-
-
-def run(args) -> int:
-    folders = experiment_folders(Path(args.dir))
-    if not folders:
-        raise CLIError(
-            f"no experiment found in {args.dir} (no {DEFINITION} in it or in its subfolders)"
-        )
-    if not 0 < args.alpha < 1:
-        raise CLIError(f"--alpha must lie in (0, 1), got {args.alpha}")
-    for folder in folders:
-        try:
-            print(write_report(folder, args.alpha))
-        except (ReportError, KeyError, ValueError) as e:
-            raise CLIError(f"{folder}: {e}") from None
-    return 0

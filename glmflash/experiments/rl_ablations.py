@@ -30,12 +30,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from glmflash import checkpoint as ckpt
+from glmflash.checkpoint import checkpoint_dirs
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.evaluate.config import Sampling
 from glmflash.experiments.registry import Experiment, register
-from glmflash.train import checkpoint as ckpt
-from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.rl import RLConfig, train_rl
 from glmflash.train.runlog import read_jsonl
 

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from glmflash import checkpoint as ckpt
+from glmflash.checkpoint import checkpoint_dirs
 from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.rungs import evaluate_rungs
-from glmflash.train import checkpoint as ckpt
-from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.rl import RLConfig, train_rl
 from glmflash.train.runlog import read_jsonl
 

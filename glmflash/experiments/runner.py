@@ -35,7 +35,7 @@ from typing import Any
 
 from glmflash.experiments.registry import Experiment, RunFn
 from glmflash.processes import die_with_parent
-from glmflash.train.progress import Progress
+from glmflash.progress import Progress
 
 DEFINITION = "experiment.json"
 RUNS = "runs"

@@ -1,4 +1,4 @@
-"""`glmflash export`: a checkpoint as a self-contained Hugging Face model folder.
+"""A checkpoint as a self-contained Hugging Face model folder.
 
     config.json             every ModelConfig field, model_type "glmflash", auto_map
     model.safetensors       the weights under "model.", the tied head stored once (the embedding)
@@ -17,7 +17,6 @@ left) before it is committed. Exporting needs no transformers; loading does (the
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import re
@@ -28,10 +27,9 @@ from typing import Any
 from safetensors.torch import save_file
 
 from glmflash import tokenizer as tok
-from glmflash.errors import CLIError
+from glmflash.checkpoint import TIED, atomic_dir, commit_dir, load_model
 from glmflash.generate import allowed_mask
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import TIED, atomic_dir, commit_dir, load_model
 
 PACKAGE = Path(__file__).resolve().parents[1]  # glmflash/
 REMOTE = Path(__file__).resolve().parent / "remote"
@@ -182,26 +180,3 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
         raise
     commit_dir(tmp, out)
     return out
-
-
-# -- command line: glmflash export -----------------------------------------------------------
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, help="a checkpoint folder")
-    p.add_argument("--out", required=True, help="the Hugging Face folder to write")
-    p.add_argument("--force", action="store_true", help="replace --out if it is not empty")
-
-
-def run(args: argparse.Namespace) -> int:
-    from glmflash.train.checkpoint import CheckpointError
-
-    try:
-        out = export_hf(args.checkpoint, args.out, args.force)
-    except (CheckpointError, ExportError) as e:
-        raise CLIError(str(e)) from None
-    print(
-        f"wrote {out}: AutoModelForCausalLM.from_pretrained({str(out)!r}, "
-        f"trust_remote_code=True) (needs transformers: pip install 'glmflash[hf]')"
-    )
-    return 0

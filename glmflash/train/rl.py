@@ -45,20 +45,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from glmflash import checkpoint as ckpt
 from glmflash import tokenizer as tok
+from glmflash.checkpoint import checkpoint_dirs, load_training_state, save_training_state
 from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks, tasks
 from glmflash.device import resolve_device
-from glmflash.errors import CLIError
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.evaluate.config import MAX_NEW_TOKENS, Sampling
-from glmflash.flags import add_config_flags, given, setting
+from glmflash.flags import setting
 from glmflash.generate import Completion, distinct_prompts, generate, right_padded
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
-from glmflash.train import checkpoint as ckpt
-from glmflash.train.checkpoint import checkpoint_dirs, load_training_state, save_training_state
+from glmflash.progress import Progress
 from glmflash.train.policy_gradient import (
     ADVANTAGES,
     AGGREGATIONS,
@@ -66,7 +66,6 @@ from glmflash.train.policy_gradient import (
     k3_kl,
     policy_surrogate,
 )
-from glmflash.train.progress import Progress
 from glmflash.train.runlog import (
     METRICS,
     TrainError,
@@ -906,28 +905,3 @@ def plot_rl(rows: list[dict[str, Any]], png: Path) -> None:
     for ax in axes[-1]:
         ax.set_xlabel("groups")
     save(fig, png, dpi=120)
-
-
-# -- command line ----------------------------------------------------------------------------
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--init", required=True, help="checkpoint folder to start from")
-    p.add_argument("--out", required=True)
-    add_config_flags(p, RLConfig)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--resume", action="store_true")
-
-
-def config_from_args(args) -> RLConfig:
-    return RLConfig(**given(RLConfig, args))
-
-
-def run(args) -> int:
-    try:
-        cfg = config_from_args(args)
-        summary = train_rl(args.init, args.out, cfg, args.device, args.resume)
-    except (ValueError, TrainError, ckpt.CheckpointError) as e:
-        raise CLIError(str(e)) from None
-    print(json.dumps(summary))
-    return 0

@@ -39,17 +39,16 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from glmflash.config import PRECISIONS, PRESETS, ConfigError, PretrainConfig, model_config
+from glmflash import checkpoint as ckpt
+from glmflash.config import PRECISIONS, PRESETS, PretrainConfig, model_config
 from glmflash.data import digits
 from glmflash.device import autocast, autocast_dtype, resolve_device
-from glmflash.errors import CLIError
-from glmflash.flags import add_config_flags, given, setting
+from glmflash.flags import setting
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
 from glmflash.plots import pyplot, save
-from glmflash.train import checkpoint as ckpt
-from glmflash.train.progress import Progress
+from glmflash.progress import Progress
 from glmflash.train.runlog import append_jsonl
 from glmflash.train.schedule import lr_at
 from glmflash.train.tensorboard import Scalars
@@ -472,40 +471,3 @@ def train_vision(
     )
     (out / RESULTS).write_text(json.dumps(results, indent=2))
     return results
-
-
-# -- command line ------------------------------------------------------------------------------
-
-
-def add_arguments(p) -> None:
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--init", metavar="CHECKPOINT", help="start from this LM checkpoint")
-    source.add_argument(
-        "--from-scratch",
-        action="store_true",
-        help="start from a randomly initialised LM of --preset",
-    )
-    p.add_argument("--out", required=True, help="output folder")
-    add_config_flags(p, VisionConfig)
-    p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
-
-
-def run(args) -> int:
-    if args.preset is not None and args.init is not None:
-        raise CLIError("--preset applies only with --from-scratch (the checkpoint has its own)")
-    try:
-        results = train_vision(
-            args.out, VisionConfig(**given(VisionConfig, args)), init=args.init, device=args.device
-        )
-    except (VisionTrainError, ckpt.CheckpointError, ConfigError, ValueError) as e:
-        raise CLIError(str(e)) from None
-    keys = (
-        "heldout_correct",
-        "far_correct",
-        "train_correct",
-        "trainable_parameters",
-        "train_seconds",
-        "wall_seconds",
-    )
-    print(json.dumps({k: results[k] for k in keys}), file=sys.stdout)
-    return 0

@@ -11,9 +11,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from glmflash.checkpoint import checkpoint_dirs, load_model
 from glmflash.config import PretrainConfig
 from glmflash.experiments.competence import RUNGS, body_loss
-from glmflash.train.checkpoint import checkpoint_dirs, load_model
 from glmflash.train.distributed import DistInfo
 from glmflash.train.pretrain import eval_loss, training_stream
 

@@ -44,8 +44,8 @@ def task_passes(result_json: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]:
+    from glmflash.checkpoint import load_model
     from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
-    from glmflash.train.checkpoint import load_model
 
     if not path.is_file():
         model, _ = load_model(checkpoint)
@@ -104,10 +104,10 @@ def summarise(
 
 def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[str, Any]:
     """rung -> {label: [pass@k for k = 1..64]}, 64 samples per task at temperature 0.8."""
+    from glmflash.checkpoint import load_model
     from glmflash.evaluate.config import Sampling
     from glmflash.evaluate.passk import mean_pass_at_k
     from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
-    from glmflash.train.checkpoint import load_model
 
     curves: dict[str, Any] = {}
     for label, ckpt in checkpoints.items():

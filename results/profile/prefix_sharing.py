@@ -15,9 +15,9 @@ import time
 import torch
 
 import glmflash.generate as gen
+from glmflash.checkpoint import load_model
 from glmflash.data import derive_seed
 from glmflash.machine import machine_record
-from glmflash.train.checkpoint import load_model
 from glmflash.train.rl import RLConfig, rl_tasks
 
 cfg = RLConfig()

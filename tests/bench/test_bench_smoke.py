@@ -12,11 +12,11 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from glmflash.bench import cli
 from glmflash.bench import model as bench_model_module
 from glmflash.bench.baselines.naive_model import naive_glmflash
 from glmflash.bench.model import attention_flops, contests, stream_flops, train_flops
 from glmflash.bench.peak import best_times, peak_memory
+from glmflash.commands import bench as command
 from glmflash.config import model_config
 from glmflash.info import parameter_counts
 from glmflash.model.lm import GLMFlash, make_attention
@@ -47,10 +47,10 @@ TINY = [
 
 def bench(*argv: str) -> str:
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    command.add_arguments(parser)
     out = io.StringIO()
     with redirect_stdout(out):
-        assert cli.run(parser.parse_args(argv)) == 0
+        assert command.run(parser.parse_args(argv)) == 0
     return out.getvalue()
 
 
@@ -142,7 +142,7 @@ def test_table_output(result, section):
         result = {**result[section], "preset": "tiny", "environment": result["environment"]}
     out = io.StringIO()
     with redirect_stdout(out):
-        cli.print_table(result)
+        command.print_table(result)
     text = out.getvalue()
     assert "== generate" in text and "== environment" in text
     assert text.split("== ratios")[1].count("cached_vs_full_recompute") == 1

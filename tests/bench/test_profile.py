@@ -13,7 +13,6 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 
-from glmflash.bench import cli
 from glmflash.bench.model import train_step
 from glmflash.bench.profile import (
     OVERHEAD,
@@ -22,6 +21,7 @@ from glmflash.bench.profile import (
     part_scopes,
     profile_steps,
 )
+from glmflash.commands import bench as command
 from glmflash.config import PretrainConfig, model_config
 from glmflash.model import streams
 from glmflash.model.lm import GLMFlash
@@ -90,13 +90,13 @@ def test_scopes_are_removed_afterwards(profiled):
 
 def test_command_prints_parts_and_json():
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    command.add_arguments(parser)
     argv = ["profile", "--preset", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "1"]
     argv += ["--precision", "fp32"]
     out = io.StringIO()
     with redirect_stdout(out):
         args = [*argv, "--json", "--optimizer", "adamw", "--precision", "bf16"]  # the last wins
-        assert cli.run(parser.parse_args(args)) == 0
+        assert command.run(parser.parse_args(args)) == 0
     result = json.loads(out.getvalue())
     assert result["optimizer"] == "adamw" and result["step_seconds"] > 0
     assert result["precision"] == "bf16"
@@ -105,7 +105,7 @@ def test_command_prints_parts_and_json():
     assert result["top_ops"] and result["environment"]["cpu_capability"]
     out = io.StringIO()
     with redirect_stdout(out):
-        assert cli.run(parser.parse_args(argv)) == 0
+        assert command.run(parser.parse_args(argv)) == 0
     text = out.getvalue()
     assert "mhc: Sinkhorn" in text and "costliest ops" in text
     assert f", {PipelinePlan.full(seed=0).pretrain.optimizer}, fp32)" in text  # the default

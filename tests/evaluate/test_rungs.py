@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from glmflash.checkpoint import save_model
 from glmflash.cli import main
 from glmflash.config import model_config
 from glmflash.data import ladder
@@ -15,7 +16,6 @@ from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, parse_rungs, rung_table, rung_tasks
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import save_model
 
 
 def test_parse_rungs():

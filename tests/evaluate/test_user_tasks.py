@@ -11,12 +11,12 @@ import torch
 
 from glmflash import cli
 from glmflash import tokenizer as tok
+from glmflash.checkpoint import save_model
 from glmflash.config import model_config
 from glmflash.evaluate import coding, user_tasks
 from glmflash.evaluate.config import Sampling
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import save_model
 
 DOUBLE = {
     "prompt": "# Double x.\ndef f(x):\n",

@@ -124,11 +124,12 @@ def test_too_few_seeds_are_called_out(tmp_path):
 
 def test_report_command_finds_every_experiment_folder(tmp_path, capsys):
     from glmflash.cli import CLIError
+    from glmflash.commands import report as command
 
     make(tmp_path, {"a": [0.0, 1.0], "b": [1.0, 0.0]}, [("a", "b")], range(2))
     parser = argparse.ArgumentParser()
-    report.add_arguments(parser)
-    assert report.run(parser.parse_args([str(tmp_path)])) == 0
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args([str(tmp_path)])) == 0
     assert str(tmp_path / "t" / "report.md") in capsys.readouterr().out
     with pytest.raises(CLIError, match="no experiment"):
-        report.run(parser.parse_args([str(tmp_path / "t" / "runs")]))
+        command.run(parser.parse_args([str(tmp_path / "t" / "runs")]))

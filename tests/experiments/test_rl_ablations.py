@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from glmflash import cli
+from glmflash.checkpoint import save_model
+from glmflash.commands.experiment import parse_settings
 from glmflash.config import model_config
 from glmflash.experiments import registry
-from glmflash.experiments.cli import parse_settings
 from glmflash.experiments.rl_ablations import BASELINE, CHANGES
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import save_model
 
 
 def test_each_condition_changes_one_setting_of_the_baseline():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from glmflash.commands.experiment import parse_seeds
 from glmflash.experiments import registry
-from glmflash.experiments.cli import parse_seeds
 from glmflash.experiments.registry import Experiment
 from glmflash.experiments.runner import RunnerError, run_experiment, run_path
 
@@ -204,7 +204,7 @@ def test_experiment_command_end_to_end(tmp_path):
     import argparse
 
     from glmflash.cli import CLIError
-    from glmflash.experiments import cli
+    from glmflash.commands import experiment as command
 
     module = tmp_path / "cli_toy_experiments.py"
     module.write_text(
@@ -214,13 +214,13 @@ def test_experiment_command_end_to_end(tmp_path):
         "                    seeds=(0, 1, 2), run=run, metric='m', comparisons=[('a', 'b')]))\n"
     )
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    command.add_arguments(parser)
     out = tmp_path / "out"
     argv = ["cli-toy", "--out", str(out), "--module", str(module), "--seeds", "0,1"]
-    assert cli.run(parser.parse_args(argv)) == 0
+    assert command.run(parser.parse_args(argv)) == 0
     assert "| a | b | 2 |" in (out / "cli-toy" / "report.md").read_text()
     with pytest.raises(CLIError, match="--resume"):
-        cli.run(parser.parse_args(argv))
-    assert cli.run(parser.parse_args([*argv, "--resume"])) == 0
+        command.run(parser.parse_args(argv))
+    assert command.run(parser.parse_args([*argv, "--resume"])) == 0
     with pytest.raises(CLIError, match="unknown experiment"):
-        cli.run(parser.parse_args(["nope", "--out", str(out)]))
+        command.run(parser.parse_args(["nope", "--out", str(out)]))

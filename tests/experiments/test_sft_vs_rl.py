@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from glmflash import cli
+from glmflash.checkpoint import save_model
 from glmflash.config import model_config
 from glmflash.evaluate.config import Sampling
 from glmflash.experiments import registry
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import save_model
 
 
 def test_arms_differ_in_the_objective_only():

@@ -21,12 +21,12 @@ import pytest
 import torch
 
 from glmflash import tokenizer as tok
+from glmflash.checkpoint import save_model
 from glmflash.cli import main
 from glmflash.config import ModelConfig, model_config
 from glmflash.export import hf
 from glmflash.generate import allowed_mask, generate
 from glmflash.model.lm import GLMFlash, cross_entropy
-from glmflash.train.checkpoint import save_model
 
 VARIANTS = {
     "default": {},

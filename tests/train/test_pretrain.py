@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from glmflash.checkpoint import checkpoint_dirs
 from glmflash.cli import main
 from glmflash.config import PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import checkpoint_dirs
 from glmflash.train.distributed import DistInfo
 from glmflash.train.pretrain import prepare_run, pretrain, training_stream
 from glmflash.train.runlog import TrainError

@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from glmflash import tokenizer as tok
+from glmflash.checkpoint import save_model
 from glmflash.cli import main
 from glmflash.config import model_config
 from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
 from glmflash.generate import Completion, generate
 from glmflash.model.lm import GLMFlash
-from glmflash.train.checkpoint import save_model
 from glmflash.train.policy_gradient import advantages, k3_kl, policy_surrogate
 from glmflash.train.rl import (
     Learner,

@@ -76,9 +76,9 @@ def test_experiment_runs_write_their_curves(tmp_path):
 def test_rl_and_vision_events_equal_their_metrics(tmp_path, monkeypatch):
     import torch
 
+    from glmflash.checkpoint import save_model
     from glmflash.config import model_config
     from glmflash.model.lm import GLMFlash
-    from glmflash.train.checkpoint import save_model
     from glmflash.train.rl import RLConfig, train_rl
     from glmflash.train.vision import VisionConfig, train_vision
 

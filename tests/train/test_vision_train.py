@@ -8,21 +8,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from glmflash import checkpoint as ckpt
 from glmflash.cli import CLIError
+from glmflash.commands.vision import add_arguments, run
 from glmflash.config import model_config
 from glmflash.data.digits import batch
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import VisionLanguageModel, make_tower
-from glmflash.train import checkpoint as ckpt
 from glmflash.train.vision import (
     VisionConfig,
     VisionTrainError,
-    add_arguments,
     build_model,
     confusion_matrix,
     load_vision,
     make_optimizer,
-    run,
     scope_parameters,
 )
 from glmflash.train.vision import train_vision as train

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from glmflash.cli import CLIError
-from glmflash.verify import cli
+from glmflash.commands import verify as command
 
 TASK = {
     "entry_point": "double_abc",
@@ -20,8 +20,8 @@ WRONG = "def double_abc(x):\n    return x + 3\n"
 
 def run(*argv, timeout: str = "0.5"):
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    return cli.run(parser.parse_args(["--timeout", timeout, "--workers", "1", *argv]))
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(["--timeout", timeout, "--workers", "1", *argv]))
 
 
 @pytest.fixture
@@ -172,13 +172,13 @@ def test_many_cases_and_large_outputs_are_judged_not_crashed(files, capsys):
 
 def test_an_argument_too_big_for_a_worker_is_bad_input(files, capsys, monkeypatch):
     """The cap scales with the worker's memory; a small cap stands in for a 300 MB argument."""
-    request = cli.VerifierPool.request
+    request = command.VerifierPool.request
 
     def capped(pool, task):
         pool.max_payload = 10_000
         return request(pool, task)
 
-    monkeypatch.setattr(cli.VerifierPool, "request", capped)
+    monkeypatch.setattr(command.VerifierPool, "request", capped)
     big = {"entry_point": "double_abc", "cases": [{"args": ["x" * 20_000], "expected": 1}]}
     lines = [{"source": RIGHT, "task": big}, {"source": RIGHT, "task": TASK}]
     (files / "many.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
@@ -191,7 +191,7 @@ def test_a_failing_verifier_exits_3(files, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("the verifier worker failed to start (exit status 1)")
 
-    monkeypatch.setattr(cli.VerifierPool, "verify_many", broken)
+    monkeypatch.setattr(command.VerifierPool, "verify_many", broken)
     assert (
         run("--task-json", str(files / "task.json"), "--source-file", str(files / "right.py")) == 3
     )

@@ -3,11 +3,15 @@ write its report (see glmflash.experiments.registry for how to define one)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 from glmflash.errors import CLIError
+from glmflash.experiments import registry
+from glmflash.experiments.report import ReportError, write_report
+from glmflash.experiments.runner import RunnerError, run_experiment
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -39,7 +43,7 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the experiment, e.g. data-diversity or curriculum")
     p.add_argument("--out", required=True, help="results folder; runs go to OUT/NAME/runs")
     p.add_argument(
@@ -98,11 +102,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write the report")
 
 
-def run(args) -> int:
-    from glmflash.experiments import registry
-    from glmflash.experiments.report import ReportError, write_report
-    from glmflash.experiments.runner import RunnerError, run_experiment
-
+def run(args: argparse.Namespace) -> int:
     try:
         for module in args.module:
             registry.load_module(module)

@@ -28,10 +28,22 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
+import torch
+
+from glmflash.bench.generate import bench_generate, check_lengths
+from glmflash.bench.model import bench_model
+from glmflash.bench.profile import bench_profile
+from glmflash.bench.rl import bench_rl
+from glmflash.bench.verify import bench_verify
+from glmflash.checkpoint import CheckpointError, read_config
 from glmflash.config import PRECISIONS, PRESETS, ConfigError, ModelConfig, model_config
+from glmflash.device import resolve_device
 from glmflash.errors import CLIError
+from glmflash.machine import machine_record
+from glmflash.pipeline import PipelinePlan
 
 SECTIONS = ("model", "generate", "verify")
 
@@ -125,8 +137,6 @@ def load_average() -> list[float] | None:
 
 def environment(device: Any) -> dict[str, Any]:
     """The machine beside every figure (`machine.machine_record`) and the load on it."""
-    from glmflash.machine import machine_record
-
     return {**machine_record(device), "load_average": load_average()}
 
 
@@ -134,8 +144,6 @@ def run_section(
     which: str, args: argparse.Namespace, cfg: ModelConfig, device: Any
 ) -> dict[str, Any]:
     if which == "model":
-        from glmflash.bench.model import bench_model
-
         return bench_model(
             cfg,
             args.batch_size,
@@ -148,8 +156,6 @@ def run_section(
             log,
         )
     if which == "generate":
-        from glmflash.bench.generate import bench_generate
-
         return bench_generate(
             cfg,
             args.gen_batch_size,
@@ -162,15 +168,8 @@ def run_section(
             log,
         )
     if which == "rl":
-        from glmflash.bench.rl import bench_rl
-
         return bench_rl(args.checkpoint, args.steps, device, log)
     if which == "profile":
-        from dataclasses import replace
-
-        from glmflash.bench.profile import bench_profile
-        from glmflash.pipeline import PipelinePlan
-
         plan = PipelinePlan.full(seed=0).pretrain
         settings = replace(
             plan,
@@ -181,19 +180,11 @@ def run_section(
             precision=args.precision or plan.precision,
         )
         return bench_profile(cfg, settings, args.steps, device=device, log=log)
-    from glmflash.bench.verify import bench_verify
-
     log(f"verifier throughput on {args.programs} programs")
     return {"bench": "verify", **bench_verify(args.programs, n_fresh=min(40, args.programs))}
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from glmflash.bench.generate import check_lengths
-    from glmflash.device import resolve_device
-    from glmflash.train.checkpoint import CheckpointError, read_config
-
     sections = {"all": SECTIONS}.get(args.which, (args.which,))
     try:
         cfg = model_config(args.preset)
@@ -291,6 +282,3 @@ def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(obj, list):
         return [(prefix, ", ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in obj))]
     return [(prefix, "-" if obj is None else str(obj))]
-
-
-__all__ = ["add_arguments", "run"]
