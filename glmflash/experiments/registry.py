@@ -42,7 +42,7 @@ from typing import Any
 RunFn = Callable[[dict[str, Any], int], dict[str, Any]]
 
 # Modules of this package that hold machinery, not experiments.
-_MACHINERY = {"registry", "runner", "report", "cli", "small_lm", "rl_arm"}
+_MACHINERY = {"registry", "runner", "report", "small_lm", "rl_arm"}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ from glmflash.checkpoint import (
     save_training_state,
 )
 from glmflash.config import ModelConfig, PretrainConfig, model_config
+from glmflash.data.code_tasks import tasks
 from glmflash.device import autocast, autocast_dtype, resolve_device
+from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.flags import changed_settings, from_fields
 from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash, ModelOutput
@@ -248,9 +250,6 @@ def dev_pass_at_1(model: GLMFlash, cfg: PretrainConfig) -> dict[str, float]:
     """Greedy pass@1 on a few dev tasks per family, through the sandboxed verifier."""
     if cfg.eval_tasks == 0:
         return {}
-    from glmflash.data.code_tasks import tasks
-    from glmflash.evaluate.coding import evaluate_tasks
-
     result = evaluate_tasks(model, tasks("dev", per_family=cfg.eval_tasks, seed=cfg.seed))
     return {"dev_pass1": result.pass_rate}
 
