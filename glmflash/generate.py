@@ -35,6 +35,13 @@ class Completion:
     ids: list[int]  # generated ids, without the stopping EOS or the dedented line
     text: str
     stop: str  # "eos" | "complete" | "length"
+    stop_id: int | None = None  # the sampled token that ended it: EOS, or the dedenting byte
+
+    @property
+    def sampled(self) -> list[int]:
+        """Every token the policy chose, the one that stopped it included: what RL scores, so
+        that ending (an empty body, a body of the right length) is rewarded or punished too."""
+        return self.ids + ([] if self.stop_id is None else [self.stop_id])
 
 
 class StopRule:
@@ -140,19 +147,20 @@ def _generate_batch(
     top_p: float,
     generator: torch.Generator | None,
     use_cache: bool,
-) -> list[tuple[list[int], str]]:
+) -> list[tuple[list[int], str, int | None]]:
     """Decode a batch of prompts (of one length, unless the model decodes rows of different
     lengths together); returns (ids, stop) per row. Row i may add at most
-    min(max_new, context - len(prompt i)) tokens."""
+    min(max_new, context - len(prompt i)) tokens. Returns (ids, stop, stop_id) per row."""
     B, device = len(prompts), next(model.parameters()).device
     mask = allowed_mask(model.cfg.vocab_size, device)
     stop_rule = StopRule([p[-1] == NEWLINE for p in prompts])
     budget = [max(0, min(max_new, model.cfg.context - len(p))) for p in prompts]
     out: list[list[int]] = [[] for _ in range(B)]
     stops = ["length"] * B
+    stop_ids: list[int | None] = [None] * B
     rows = [i for i in range(B) if budget[i] > 0]  # a prompt that fills the context adds nothing
     if not rows:
-        return [(ids, stop) for ids, stop in zip(out, stops, strict=True)]
+        return list(zip(out, stops, stop_ids, strict=True))
     alive = torch.tensor(rows, dtype=torch.long, device=device)  # original row of each active one
     if use_cache:
         logits, state = prefill(model, [prompts[i] for i in rows])
@@ -165,7 +173,7 @@ def _generate_batch(
         for j, (row, t) in enumerate(zip(alive.tolist(), nxt.tolist(), strict=True)):
             reason = stop_rule(row, t)
             if reason is not None:
-                stops[row] = reason
+                stops[row], stop_ids[row] = reason, t
                 continue
             out[row].append(t)
             if len(out[row]) < budget[row]:
@@ -189,7 +197,7 @@ def _generate_batch(
             lengths = lengths + 1
             seqs = seqs[:, : int(lengths.max())]
             logits = model(seqs).logits[n, lengths - 1]
-    return [(ids, stop) for ids, stop in zip(out, stops, strict=True)]
+    return list(zip(out, stops, stop_ids, strict=True))
 
 
 def generate(
@@ -235,8 +243,8 @@ def generate(
                 generator,
                 use_cache,
             )
-            for i, (new, stop) in zip(rows, decoded, strict=True):
-                results[i] = Completion(ids[i][1:], new, tok.decode(new), stop)
+            for i, (new, stop, stop_id) in zip(rows, decoded, strict=True):
+                results[i] = Completion(ids[i][1:], new, tok.decode(new), stop, stop_id)
             done += len(rows)
             progress.update(done)
     finally:

@@ -174,7 +174,8 @@ class ScriptState:
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_generation_loop_on_scripted_streams(use_cache, temperature):
     """Through `generate` itself: the dedented line's first token and the EOS are never part of
-    a completion, and rows that stop early leave the others decoding their own scripts."""
+    a completion but are kept as its `stop_id` (what RL scores), and rows that stop early leave
+    the others decoding their own scripts."""
     scripts = {  # four prompts of one length: decoded as one batch
         "def f(x):\n": ids("    return x\nprint(1)"),
         "def g(x):\n": [*ids("    y = x\n    return y"), tok.EOS, *ids("\n    junk")],
@@ -194,6 +195,9 @@ def test_generation_loop_on_scripted_streams(use_cache, temperature):
         ("\n  return 2\n", "complete"),
     ]
     assert all(c.ids == tok.encode(c.text) and tok.EOS not in c.ids for c in out)
+    stops = [c.stop_id for c in out]
+    assert stops == [ids("p")[0], tok.EOS, None, ids("r")[0], ids("#")[0]]
+    assert out[3].sampled == ids("r")[:1] and out[2].sampled == out[2].ids  # empty; cut off
 
 
 @pytest.mark.parametrize("kind", ["elu", "delta"])

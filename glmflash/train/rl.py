@@ -763,7 +763,8 @@ def policy_update(
     lm_batch: tuple[Tensor, Tensor] | None = None,
 ) -> dict[str, float | None]:
     """cfg.update_epochs policy-gradient steps on the completions with nonzero advantage.
-    The scored tokens are exactly the sampled ones: the body, plus EOS when it ended there.
+    The scored tokens are exactly the sampled ones: the body and the token that ended it (EOS,
+    or the first byte of the line back at column 0).
     `lm_batch` (x, y) adds cfg.ptx times its next-token loss. A batch with no advantage is
     skipped whole (a group without reward spread still moves nothing). Returns the loss and
     gradient norm of the first update, the entropy and KL to `reference` (None without one)
@@ -775,7 +776,7 @@ def policy_update(
     if not sel:
         return {"loss": 0.0, "grad_norm": 0.0, "entropy": None, "kl": None, "clip_fraction": 0.0}
     model.train()
-    ids = [completions[i].ids + ([tok.EOS] if completions[i].stop == "eos" else []) for i in sel]
+    ids = [completions[i].sampled for i in sel]
     chosen = [prompts[i] for i in sel]
     ref, kl_at = None, kl_rows(len(sel), len(sel) if cfg.kl > 0 else cfg.kl_rows)
     if reference is not None:

@@ -193,7 +193,7 @@ def test_ptx_adds_the_pretraining_loss():
     assert x.shape == (2, model.cfg.context)
     model.train()
     with torch.no_grad():
-        ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
+        ids = [c.sampled for c in comps]
         logp, mask, *_ = sequence_logprobs(model, prompts, ids)
         expected = float(policy_surrogate(logp, mask, adv.float()).loss + 0.5 * model(x, y).loss)
     params = list(model.parameters())
@@ -254,7 +254,7 @@ def test_kl_figure_from_a_few_completions_unless_penalised(kl, rows, expected, m
     )
     at = expected or list(range(6))
     assert seen == [len(at)]
-    bodies = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
+    bodies = [c.sampled for c in comps]
     with torch.no_grad():
         figures = [
             (score(model, [prompts[i]], [bodies[i]]), score(reference, [prompts[i]], [bodies[i]]))
@@ -455,7 +455,7 @@ def test_ppo_epochs_at_rest_have_the_plain_gradient():
     got = [p.grad.clone() for p in params]
     assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
     model.zero_grad()
-    ids = [c.ids + ([tok.EOS] if c.stop == "eos" else []) for c in comps]
+    ids = [c.sampled for c in comps]
     logp, mask, *_ = sequence_logprobs(model, prompts, ids)
     expected = -sum(a * logp[i][mask[i]].mean() for i, a in enumerate(adv.tolist())) / 4
     expected.backward()
@@ -543,22 +543,23 @@ def test_sft_step_lowers_the_reference_bodies_loss():
 def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     """Mixed zero and non-zero advantages, completions ended by EOS, by a dedent, by the
     length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N
-    completions, y_i the body plus its EOS when it ended there, each computed on its own."""
+    completions, y_i the body plus the token that ended it (EOS or the dedenting byte; none at
+    the length limit), each computed on its own: an empty completion still has its stop."""
     model = tiny_model(3).double()
     prompts = [
         tok.encode(p)
         for p in ("def f(x):\n", "def g(a):\n", "# r\ndef hh(y):\n", "def k(x):\n", "def m(zz):\n")
     ]
     made = [
-        ("    return x", "eos", 0.75),
-        ("    return 1\n", "complete", 0.0),
-        ("    y = x", "eos", -0.25),
-        ("", "complete", 0.0),
-        ("  z\n", "length", -0.5),
+        ("    return x", "eos", tok.EOS, 0.75),
+        ("    return 1\n", "complete", tok.encode("d")[0], 0.5),
+        ("    y = x", "eos", tok.EOS, -0.25),
+        ("", "complete", tok.encode("#")[0], -1.0),  # stopped at once: only the stop is scored
+        ("  z\n", "length", None, -0.5),
     ]
     comps = [
-        Completion(p, tok.encode(text), text, stop)
-        for p, (text, stop, _) in zip(prompts, made, strict=True)
+        Completion(p, tok.encode(text), text, stop, stop_id)
+        for p, (text, stop, stop_id, _) in zip(prompts, made, strict=True)
     ]
     adv = torch.tensor([a for *_, a in made], dtype=torch.float64)
     params = list(model.parameters())
@@ -569,8 +570,8 @@ def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     got = [p.grad.clone() for p in params]
     model.zero_grad()
     expected = 0.0
-    for prompt, (_, stop, a), c in zip(prompts, made, comps, strict=True):
-        scored = c.ids + [tok.EOS] * (stop == "eos")
+    for prompt, (text, _, stop_id, a) in zip(prompts, made, strict=True):
+        scored = tok.encode(text) + ([] if stop_id is None else [stop_id])
         ids = torch.tensor([[tok.BOS, *prompt, *scored]])
         logp = torch.log_softmax(model(ids[:, :-1]).logits[0], -1)
         expected = expected - a * sum(logp[len(prompt) + t, y] for t, y in enumerate(scored)) / 5
