@@ -10,6 +10,7 @@ For every folder DIR/NAME written by `glmflash experiment` (or DIR itself, if it
     curves.png    learning curves per condition: every seed thin, the mean thick
     paired.png    each comparison's seeds as lines from arm a to arm b
     forest.png    each comparison's difference with its interval
+    passk_A_vs_B.png  pass@k against k per rung, where the runs sampled it (an RL arm's passk)
 
 Only seeds finished in both arms of a comparison enter it. Holm's correction is applied
 within each metric, over that metric's comparisons; the primary metric is the one that decides.
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from glmflash.evaluate import stats
+from glmflash.evaluate import pass_curve, stats
 from glmflash.experiments.runner import DEFINITION, RUNS, read_run, write_json_atomic
 from glmflash.plots import pyplot, save
 
@@ -107,6 +108,7 @@ def summarize(folder: Path, alpha: float = ALPHA) -> dict[str, Any]:
             c: {m: condition_stats(values_by_seed(runs, c, m)) for m in metrics} for c in conditions
         },
         "comparisons": {m: compare_all(runs, definition["comparisons"], m) for m in metrics},
+        "pass_curves": pass_curves(runs, definition["comparisons"]),
         "runs_ok": len(runs),
         "failed": [
             {"condition": r["condition"], "seed": r["seed"], "error": r.get("error")}
@@ -118,6 +120,42 @@ def summarize(folder: Path, alpha: float = ALPHA) -> dict[str, Any]:
             "sessions": sessions,
         },
     }
+
+
+def pass_curves(runs: list[dict[str, Any]], comparisons: list[list[str]]) -> dict[str, Any]:
+    """ "A_vs_B" -> rung -> pass@k gains of B over A at every k, for the comparisons whose runs
+    sampled pass@k (an RL arm's `passk`; `evaluate.pass_curve`)."""
+    out = {}
+    for a, b in comparisons:
+        table = pass_curve.compare_runs(runs, a, b)
+        if table is not None:
+            out[f"{a}_vs_{b}"] = table
+    return out
+
+
+def _pass_curve_lines(name: str, table: dict[str, Any]) -> list[str]:
+    a, b = name.split("_vs_")
+    lines = [
+        f"## pass@k: `{b}` against `{a}`",
+        "",
+        "| rung | pass@1 | pass@k | reading |",
+        "|---|---|---|---|",
+    ]
+    for rung, entry in table.items():
+        first, last = entry["rows"][0], entry["rows"][-1]
+        cells = [
+            f"{r['base']:.3f} -> {r['after']:.3f} ({r['gain']:+.3f} [{r['low']:+.3f}, "
+            f"{r['high']:+.3f}])"
+            for r in (first, last)
+        ]
+        lines.append(f"| {rung} | {cells[0]} | k={last['k']}: {cells[1]} | {entry['reading']} |")
+    return [
+        *lines,
+        "",
+        "Unbiased pass@k on the same tasks for both; gains with hierarchical bootstrap "
+        "intervals (seeds, then tasks).",
+        "",
+    ]
 
 
 # ---------------------------------------------------------------------------- Markdown
@@ -233,6 +271,8 @@ def markdown(summary: dict[str, Any], plots: list[str]) -> str:
         lines += [f"## Comparisons of `{m}` (secondary)", ""]
         lines += _comparison_table(summary["comparisons"][m])
         lines += ["", verdict(summary["comparisons"][m], m, alpha), ""]
+    for name, table in summary.get("pass_curves", {}).items():
+        lines += _pass_curve_lines(name, table)
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     if summary["failed"]:
@@ -348,6 +388,10 @@ def write_report(folder: str | Path, alpha: float = ALPHA) -> Path:
         plots.append("paired.png")
     if plot_forest(rows, metric, folder / "forest.png"):
         plots.append("forest.png")
+    for name, table in summary["pass_curves"].items():
+        a, b = name.split("_vs_")
+        pass_curve.plot(table, a, b, folder / f"passk_{name}.png")
+        plots.append(f"passk_{name}.png")
     write_json_atomic(folder / "results.json", summary)
     path = folder / "report.md"
     path.write_text(markdown(summary, plots))

@@ -6,6 +6,11 @@ An arm's configuration is RLConfig's fields plus three of the experiment's own:
     init      the pretrained checkpoint every arm and seed starts from (--set init=DIR)
     per_rung  evaluation tasks per rung
     split     where they are drawn: dev while settings are chosen, confirm for the claim
+    passk     optional {"samples": n, "per_rung": m}: also n samples of m tasks per rung for
+              pass@k at every k up to n (`evaluate.pass_curve`), drawn with the run's seed
+
+    train     optional, True by default; False reads the checkpoint itself, untrained (the
+              base of a comparison)
 
 The seed sets the task order and the sampling; the evaluation tasks are the same for every
 arm and seed (EVAL_SEED), so arms are paired within a seed and seeds differ only in training.
@@ -23,6 +28,7 @@ from typing import Any
 from glmflash import checkpoint as ckpt
 from glmflash.checkpoint import checkpoint_dirs
 from glmflash.evaluate.config import Sampling
+from glmflash.evaluate.pass_curve import pass_counts
 from glmflash.evaluate.rungs import evaluate_rungs
 from glmflash.train.rl import RLConfig, train_rl
 from glmflash.train.runlog import read_jsonl
@@ -44,32 +50,41 @@ def train_and_evaluate(config: dict[str, Any], seed: int, rungs: Sequence[str]) 
     training time, the means of the health figures and the per-step curves."""
     c = dict(config)
     init, per_rung, split = c.pop("init"), c.pop("per_rung"), c.pop("split", "dev")
+    passk, train = c.pop("passk", None), c.pop("train", True)
     if not init:
         raise ValueError(
             "this experiment starts from a pretrained checkpoint: pass --set init=CHECKPOINT_DIR"
         )
-    cfg = RLConfig(
-        **{**c, "families": tuple(c["families"])},
-        seed=seed,
-        eval_every=c["groups"],
-        dev_per_family=1,
-        dev_ladder=1,
-    )
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="rl-arm-") as tmp:
-        train_rl(init, Path(tmp), cfg, device="cpu", log=lambda _: None, progress=False)
-        model, _ = ckpt.load_model(checkpoint_dirs(Path(tmp))[-1])
-        rows = list(read_jsonl(Path(tmp) / "metrics.jsonl"))
+    rows: list[dict[str, Any]] = []
+    if not train:
+        model, _ = ckpt.load_model(init)
+    else:
+        cfg = RLConfig(
+            **{**c, "families": tuple(c["families"])},
+            seed=seed,
+            eval_every=c["groups"],
+            dev_per_family=1,
+            dev_ladder=1,
+        )
+        with tempfile.TemporaryDirectory(prefix="rl-arm-") as tmp:
+            train_rl(init, Path(tmp), cfg, device="cpu", log=lambda _: None, progress=False)
+            model, _ = ckpt.load_model(checkpoint_dirs(Path(tmp))[-1])
+            rows = list(read_jsonl(Path(tmp) / "metrics.jsonl"))
     train_seconds = time.perf_counter() - t0
     greedy = evaluate_rungs(model, rungs, split, per_rung, Sampling(seed=EVAL_SEED))["greedy"]
     out: dict[str, Any] = {r: k / n for r, (k, n) in greedy.per_family.items()}
     out["train_seconds"] = train_seconds
-    out["rollouts_per_s"] = rows[-1].get("rollouts_per_s")
+    out["rollouts_per_s"] = rows[-1].get("rollouts_per_s") if rows else None
+    if passk:
+        out["passk_samples"] = passk["samples"]
+        out["passes"] = pass_counts(model, rungs, split, passk["per_rung"], passk["samples"], seed)
     for key in HEALTH:
         values = [r[key] for r in rows if r.get(key) is not None]
         if values:
             out[key] = sum(values) / len(values)
-    out["curves"] = {
-        key: [[r["step"], r[key]] for r in rows if r.get(key) is not None] for key in CURVES
-    }
+    if rows:
+        out["curves"] = {
+            key: [[r["step"], r[key]] for r in rows if r.get(key) is not None] for key in CURVES
+        }
     return out

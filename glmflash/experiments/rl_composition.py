@@ -21,6 +21,10 @@ training text or RL task holds (unseen_depth2, unseen_depth3), depth 1 under phr
 training text uses, and the seed families under neutral and misleading names. The primary
 metric `unseen` is the mean of the two unseen rungs.
 
+`rl-passk` asks whether the arm finds new solutions or only sharpens (Yue et al. 2025): the
+checkpoint itself and the arm after training (edge_all unless --set says otherwise), 64
+samples of 16 tasks per rung, pass@k at every k up to 64 (`evaluate.pass_curve`).
+
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, on the dev split, three seeds; its
 `rollouts_per_s` says what training the whole model costs.
@@ -113,6 +117,29 @@ LR_SWEEP = register(
         secondary=SECONDARY,
         comparisons=[("head_1e-4", f"all_{lr:.0e}") for lr in (1e-5, 3e-5, 1e-4)],
         quick=QUICK,
+        quick_seeds=(1,),
+    )
+)
+
+PASSK = {"passk": {"samples": 64, "per_rung": 16}}
+PASSK_CURVES = register(
+    Experiment(
+        name="rl-passk",
+        description=(
+            "pass@k for k = 1..64 per ladder rung of the checkpoint (--set init=CKPT) and of the "
+            "arm after training (edge sampler on the whole model unless --set changes it), on "
+            "the same 16 confirm tasks per rung: new solutions or sharpening."
+        ),
+        conditions={
+            "base": {**BASE, **PASSK, "train": False},
+            "after": {**BASE, **EDGE, **ALL, **PASSK},
+        },
+        seeds=(1, 2, 3, 4),
+        run=run,
+        metric="unseen",
+        secondary=SECONDARY,
+        comparisons=[("base", "after")],
+        quick={**QUICK, "passk": {"samples": 4, "per_rung": 2}},
         quick_seeds=(1,),
     )
 )

@@ -8,6 +8,7 @@ from glmflash.checkpoint import save_model
 from glmflash.config import model_config
 from glmflash.evaluate.config import Sampling
 from glmflash.experiments import registry
+from glmflash.experiments.rl_composition import PASSK
 from glmflash.model.lm import GLMFlash
 
 
@@ -20,7 +21,8 @@ def test_arms_differ_in_the_objective_only():
 
 
 @pytest.mark.parametrize(
-    "name, arms", [("sft-vs-rl", 2), ("rl-algorithms", 4), ("rl-composition", 4)]
+    "name, arms",
+    [("sft-vs-rl", 2), ("rl-algorithms", 4), ("rl-composition", 4), ("rl-passk", 2)],
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
     """The ladder experiments (they share rl_arm) on the tiny model, one seed."""
@@ -41,7 +43,12 @@ def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
         assert m["unseen"] == (m["unseen_depth2"] + m["unseen_depth3"]) / 2
         assert all(0 <= m[r] <= 1 for r in ("rl_only", "seed_neutral_names"))
         assert m["train_seconds"] > 0
-        if record["condition"] != "sft":  # RL arms report their health
+        if "passk" in record["config"]:  # QUICK's 4 samples of 2 tasks per rung
+            assert m["passk_samples"] == 4
+            assert all(len(c) == 2 and 0 <= min(c) <= max(c) <= 4 for c in m["passes"].values())
+        if record["condition"] == "base":  # the checkpoint itself: nothing trained
+            assert "curves" not in m and m["rollouts_per_s"] is None
+        elif record["condition"] != "sft":  # RL arms report their health
             assert 0 <= m["no_spread_share"] <= 1
             steps = [s for s, _ in m["curves"]["reward_mean"]]
             assert steps == sorted(steps) and steps[-1] == 4  # QUICK's groups
@@ -117,6 +124,8 @@ def test_composition_arms_differ_in_what_they_name():
     assert diff("edge", "edge_all") == {"scope", "lr"}
     assert diff("edge_all", "rft") == {"sampler", "edge_probe", "advantage"}
     assert c["stage"]["split"] == "confirm" and len(exp.seeds) >= 8
+    passk = registry.get("rl-passk").conditions
+    assert passk["base"]["train"] is False and passk["after"] == {**c["edge_all"], **PASSK}
     sweep = registry.get("rl-scope-lr").conditions
     assert {v["split"] for v in sweep.values()} == {"dev"}
     assert sorted(v["lr"] for v in sweep.values() if v["scope"] == "all") == [1e-5, 3e-5, 1e-4]
