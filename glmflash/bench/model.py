@@ -36,7 +36,7 @@ from glmflash.model.attention_sparse import fixed_sparse_mask
 from glmflash.model.lm import GLMFlash
 from glmflash.model.moe import MoE
 from glmflash.train.optim import make_optimizer
-from glmflash.train.pretrain import update
+from glmflash.train.pretrain import pretrain_step
 
 Log = Callable[[str], None]
 
@@ -83,13 +83,13 @@ def train_step(
     amp: torch.dtype | None,
     cfg: PretrainConfig | None = None,
 ) -> Callable[[], None]:
-    """The pretraining loop's update (`train.pretrain.update`) on a fixed batch, with the
+    """The pretraining loop's update (`train.pretrain.pretrain_step`) on a fixed batch, with the
     settings of `cfg` (default: PretrainConfig's)."""
     cfg = cfg or PretrainConfig()
     optimizer = make_optimizer(model, cfg)
 
     def step() -> None:
-        update(model, optimizer, x, y, cfg, amp)
+        pretrain_step(model, optimizer, x, y, cfg, amp)
 
     return step
 

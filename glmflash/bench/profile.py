@@ -38,7 +38,7 @@ from glmflash.bench.peak import synchronize
 from glmflash.config import ModelConfig, PretrainConfig
 from glmflash.model import streams
 from glmflash.model.lm import GLMFlash
-from glmflash.train.pretrain import PROFILE_SCOPE
+from glmflash.train.step import PROFILE_SCOPE
 
 SCOPE = PROFILE_SCOPE  # prefix of the profiler ranges (the update places two of them)
 BACKWARD = "autograd::engine::evaluate_function: "

@@ -41,7 +41,7 @@ from glmflash.pipeline import resumable
 from glmflash.plots import pyplot, save
 from glmflash.tokenizer import encode
 from glmflash.train.pretrain import RUN, pretrain
-from glmflash.train.schedule import decay_start
+from glmflash.train.schedule import Schedule, decay_start
 
 RUNGS = (*ladder.RUNGS, "seed_neutral_names")  # the ladder, and one seed-family control
 TABLE = "table.json"
@@ -76,7 +76,7 @@ def body_loss(model: GLMFlash, rung: str, split: str, n: int, seed: int = 0) -> 
 
 def branch_points(cfg: PretrainConfig, budgets: Sequence[int]) -> dict[int, int]:
     """budget -> the stable run's step that its decay branch starts from."""
-    return {b: decay_start(replace(cfg, steps=b)) for b in budgets}
+    return {b: decay_start(Schedule.of(replace(cfg, steps=b))) for b in budgets}
 
 
 def measure(
@@ -157,7 +157,7 @@ def extend(out: Path, stable: PretrainConfig) -> Path | None:
         if steps < stable.steps:  # (a longer one is refused by name when it resumes)
             (out / "stable").rename(out / f"budget_{steps:06d}")
     stable_ends = [
-        (decay_start(replace(stable, steps=int(d.name.removeprefix("budget_")))), d)
+        (decay_start(Schedule.of(replace(stable, steps=int(d.name.removeprefix("budget_"))))), d)
         for d in out.glob("budget_*")
     ]
     found = [

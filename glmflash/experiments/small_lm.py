@@ -13,7 +13,7 @@ these changes, each measured on this task (200 updates, seed 0):
         iterations doubled the cost of an update at this size; wider experts restore ~250K
 
 It is trained from random weights on the composition corpus (AdamW, warmup + cosine, as in
-pretraining: lr_at and make_optimizer) and evaluated on the 32 held-out structures:
+pretraining: lr_at, adamw and update) and evaluated on the 32 held-out structures:
 
     byte accuracy  the share of answer bytes (the expression and its newline) that the argmax
                    next-byte prediction gets right, teacher forced after the prompt
@@ -45,15 +45,16 @@ from typing import Any
 import torch
 
 from glmflash import tokenizer as tok
-from glmflash.config import PretrainConfig, model_config
+from glmflash.config import model_config
 from glmflash.data import compositions as comp
 from glmflash.data.stream import PackedStream
 from glmflash.device import autocast, autocast_dtype
 from glmflash.flags import from_fields
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash
-from glmflash.train.optim import make_optimizer
-from glmflash.train.schedule import lr_at
+from glmflash.train.optim import adamw
+from glmflash.train.schedule import Schedule, lr_at, set_lr
+from glmflash.train.step import update
 
 SCHEDULES = ("repeated", "diverse", "curriculum", "blocked")
 SMALL_MODEL: dict[str, Any] = {  # overrides of the tiny preset; see the module docstring
@@ -114,23 +115,10 @@ class SmallRun:
     def model_config(self):
         return model_config("tiny", **{**SMALL_MODEL, **self.model})
 
-    def optim_config(self, seed: int) -> PretrainConfig:
-        """The pretraining settings whose schedule and optimizer this run shares."""
-        return PretrainConfig(
-            preset="tiny",
-            steps=self.updates,
-            batch_size=self.batch_size,
-            seq_len=self.seq_len,
-            lr=self.lr,
-            min_lr_ratio=self.min_lr_ratio,
-            warmup=round(self.warmup_frac * self.updates),
-            weight_decay=self.weight_decay,
-            grad_clip=self.grad_clip,
-            seed=seed,
-            corpus="compositions",
-            precision=self.precision,
-            eval_tasks=0,
-        )
+    def lr_schedule(self) -> Schedule:
+        """Pretraining's cosine schedule with this run's warm-up and floor."""
+        warmup = round(self.warmup_frac * self.updates)
+        return Schedule(self.lr, self.updates, warmup, "cosine", self.min_lr_ratio)
 
 
 def build_model(run: SmallRun, seed: int) -> GLMFlash:
@@ -216,8 +204,8 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
         comp.TRAIN_STRUCTURES[: run.n_repeated], run.eval_per_structure, seed
     )
     model = build_model(run, seed)
-    cfg = run.optim_config(seed)
-    optimizer = make_optimizer(model, cfg)
+    schedule = run.lr_schedule()
+    optimizer = adamw(model.parameters(), run.lr, run.weight_decay)
     device = torch.device("cpu")
     amp = autocast_dtype(device, run.precision)
     curves: dict[str, list[list[float]]] = {
@@ -228,17 +216,13 @@ def train_and_evaluate(config: dict[str, Any], seed: int) -> dict[str, Any]:
     window: list[float] = []
     model.train()
     for step in range(run.updates):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
+        set_lr(optimizer, lr_at(step, schedule))
         x, y = train_batch(run, seed, step)
         with autocast(device, amp):
             out = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        (out.loss + out.aux_loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
-        optimizer.step()
-        for moe, load in zip(model.moe_layers(), out.load, strict=True):
-            moe.update_bias(load)
+        params = list(model.parameters())
+        balance = zip(model.moe_layers(), out.load, strict=True)
+        update(optimizer, out.loss + out.aux_loss, params, run.grad_clip, balance)
         window.append(float(out.loss.detach()))
         done = step + 1
         if done % run.eval_interval == 0 or done == run.updates:

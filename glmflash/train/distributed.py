@@ -10,6 +10,7 @@ optimizer step, so they stay identical.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -42,13 +43,13 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def all_reduce_gradients(model: nn.Module, info: DistInfo) -> None:
-    """Average gradients over ranks. A parameter with a gradient on some rank gets zeros
-    where it has none; one with no gradient anywhere stays without (the optimizer skips it,
-    as it would in a single process)."""
+def all_reduce_gradients(params: Iterable[nn.Parameter], info: DistInfo) -> None:
+    """Average the gradients of `params` over ranks. A parameter with a gradient on some rank
+    gets zeros where it has none; one with no gradient anywhere stays without (the optimizer
+    skips it, as it would in a single process)."""
     if info.world_size == 1:
         return
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in params if p.requires_grad]
     has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32)
     dist.all_reduce(has, op=dist.ReduceOp.MAX)
     params = [p for p, h in zip(params, has.tolist(), strict=True) if h]

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.profiler import record_function
 
 from glmflash import checkpoint as ckpt
 from glmflash.checkpoint import (
@@ -41,7 +40,6 @@ from glmflash.plots import pyplot, save
 from glmflash.progress import Progress
 from glmflash.train.distributed import (
     DistInfo,
-    all_reduce_gradients,
     all_reduce_mean,
     init_distributed,
 )
@@ -55,7 +53,8 @@ from glmflash.train.runlog import (
     read_jsonl,
     trim_metrics,
 )
-from glmflash.train.schedule import lr_at
+from glmflash.train.schedule import Schedule, lr_at, set_lr
+from glmflash.train.step import SINGLE, update
 from glmflash.train.tensorboard import Scalars
 
 RUN = "run.json"
@@ -99,11 +98,9 @@ def eval_loss(
 
 
 # -- the loop --------------------------------------------------------------------------------
-SINGLE = DistInfo()  # one process, no gradient averaging
-PROFILE_SCOPE = "glmflash::"  # prefix of the profiler ranges placed here and by bench profile
 
 
-def update(
+def pretrain_step(
     model: GLMFlash,
     optimizer: torch.optim.Optimizer,
     x: torch.Tensor,
@@ -113,24 +110,20 @@ def update(
     dist: DistInfo = SINGLE,
     indexer_only: bool = False,
 ) -> tuple[ModelOutput, float, torch.Tensor]:
-    """One optimizer update on inputs x and targets y: loss = cross-entropy + balance losses +
-    indexer KL (the KL alone during the indexer's dense warm-up), gradients averaged over
-    ranks and clipped to cfg.grad_clip, then the MoE bias balancing on the step's expert load.
-    Returns the model output, the gradient norm before clipping and the load [layers, experts]."""
+    """One pretraining update on inputs x and targets y: loss = cross-entropy + balance
+    losses + indexer KL (the KL alone during the indexer's dense warm-up), then `update`
+    (gradients averaged over ranks, clipped to cfg.grad_clip, MoE bias balancing on the step's
+    expert load averaged over ranks). Returns the model output, the gradient norm before
+    clipping and the load [layers, experts]."""
     with autocast(x.device, amp):
         o = model(x, y)
     kl = o.indexer_kl
     loss = kl if indexer_only else o.loss + o.aux_loss + (kl if kl is not None else 0.0)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    all_reduce_gradients(model, dist)
-    with record_function(PROFILE_SCOPE + "gradient clipping"):
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-    with record_function(PROFILE_SCOPE + "optimizer"):
-        optimizer.step()
     load = all_reduce_mean(o.load.float(), dist)
-    for moe, layer_load in zip(model.moe_layers(), load, strict=True):
-        moe.update_bias(layer_load)
+    params = list(model.parameters())
+    grad_norm = update(
+        optimizer, loss, params, cfg.grad_clip, zip(model.moe_layers(), load, strict=True), dist
+    )
     return o, grad_norm, load
 
 
@@ -148,7 +141,7 @@ def pretrain(
     starts this run from that state (a wsd decay branch, see schedule.py).
 
     One piece on purpose: the loop reads top to bottom as one step happens (schedule, batch,
-    update, metrics, evaluation, checkpoint); the update itself is `update`."""
+    update, metrics, evaluation, checkpoint); the update itself is `pretrain_step`."""
     out = Path(out)
     dev = resolve_device(device)
     dist = init_distributed(dev)
@@ -181,6 +174,7 @@ def pretrain(
     train, dev_stream = training_stream(cfg, dist), training_stream(cfg, DistInfo(), "eval")
     has_indexer = mcfg.sparse_kind == "indexer"
     tokens_per_step = cfg.batch_size * cfg.seq_len
+    schedule = Schedule.of(cfg)
     progress = Progress(cfg.steps, start, enabled=dist.is_main, unit="step")
     scalars = Scalars(out, purge_step=start) if dist.is_main else None
     summary: dict[str, Any] = {"steps": cfg.steps, "start_step": start}
@@ -190,17 +184,18 @@ def pretrain(
         t_step = time.perf_counter()
         warm = has_indexer and step < cfg.indexer_warmup
         model.set_indexer_warmup(warm)
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
+        set_lr(optimizer, lr_at(step, schedule))
         x, y = train.batch(step, cfg.batch_size)
-        o, grad_norm, load = update(model, optimizer, x.to(dev), y.to(dev), cfg, amp, dist, warm)
+        o, grad_norm, load = pretrain_step(
+            model, optimizer, x.to(dev), y.to(dev), cfg, amp, dist, warm
+        )
         kl = o.indexer_kl
         done = step + 1
         metrics = {
             "step": done,
             "loss": float(all_reduce_mean(o.loss.detach(), dist)),
             "aux": float(o.aux_loss.detach()),
-            "lr": lr_at(step, cfg),
+            "lr": lr_at(step, schedule),
             "grad_norm": grad_norm,
             "tokens": done * tokens_per_step,
             "max_load": float(load.max()),
@@ -316,7 +311,8 @@ def check_branch(checkpoint: Path, cfg: PretrainConfig, mcfg: ModelConfig) -> No
         raise TrainError(f"cannot branch from {checkpoint}: {', '.join(differ)} differ")
     scfg = from_fields(PretrainConfig, source["pretrain"], "pretraining setting", TrainError)
     step = int(torch.load(checkpoint / ckpt.STATE, weights_only=False)["step"])
-    if step > cfg.steps or any(lr_at(s, cfg) != lr_at(s, scfg) for s in range(step)):
+    ours, theirs = Schedule.of(cfg), Schedule.of(scfg)
+    if step > cfg.steps or any(lr_at(s, ours) != lr_at(s, theirs) for s in range(step)):
         raise TrainError(
             f"cannot branch from {checkpoint}: the schedules differ before its step {step}"
         )

@@ -75,6 +75,7 @@ from glmflash.train.runlog import (
     read_jsonl,
     trim_metrics,
 )
+from glmflash.train.step import update
 from glmflash.train.task_sampler import EdgeSampler, Group
 from glmflash.train.tensorboard import Scalars
 
@@ -737,10 +738,7 @@ def sft_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
     bodies = [tok.encode(t.reference) + [tok.EOS] for t in batch]
     scored = sequence_logprobs(model, prompts, bodies)
     loss = -scored.logp.sum() / scored.mask.sum()
-    learner.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(learner.params, learner.cfg.grad_clip)
-    learner.optimizer.step()
+    update(learner.optimizer, loss, learner.params, learner.cfg.grad_clip)
     return {
         "reward_mean": None,
         "pass_rate": None,
@@ -819,10 +817,7 @@ def policy_update(
         if lm_batch is not None:
             x, y = (t.to(logp.device) for t in lm_batch)
             loss = loss + cfg.ptx * model(x, y).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        optimizer.step()
+        grad_norm = update(optimizer, loss, params, cfg.grad_clip)
         if epoch == 0:
             stats.update(loss=float(loss.detach()), grad_norm=grad_norm)
     stats["clip_fraction"] = sum(clip_fractions) / len(clip_fractions)

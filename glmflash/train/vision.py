@@ -40,7 +40,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from glmflash import checkpoint as ckpt
-from glmflash.config import PRECISIONS, PRESETS, PretrainConfig, model_config
+from glmflash.config import PRECISIONS, PRESETS, model_config
 from glmflash.data import digits
 from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.flags import setting
@@ -49,8 +49,10 @@ from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import TOWERS, VisionLanguageModel, make_tower
 from glmflash.plots import pyplot, save
 from glmflash.progress import Progress
+from glmflash.train.optim import adamw
 from glmflash.train.runlog import append_jsonl
-from glmflash.train.schedule import lr_at
+from glmflash.train.schedule import Schedule, lr_at, set_lr
+from glmflash.train.step import update
 from glmflash.train.tensorboard import Scalars
 
 SCOPES = ("lm", "vision", "vision+last-block", "all")
@@ -94,17 +96,6 @@ def scope_parameters(vlm: VisionLanguageModel, scope: str) -> list[nn.Parameter]
     return [p for p in vlm.parameters() if p.requires_grad]
 
 
-def make_optimizer(
-    params: list[nn.Parameter], lr: float, weight_decay: float
-) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices (ndim >= 2) only."""
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-
-
 def train_steps(
     vlm: VisionLanguageModel,
     stage: str,
@@ -128,16 +119,15 @@ def train_steps(
     trained_moe = [
         layer.moe for layer in vlm.lm.layers if any(p.requires_grad for p in layer.moe.parameters())
     ]
-    optimizer = make_optimizer(params, lr, weight_decay)
-    schedule = PretrainConfig(steps=steps, lr=lr, warmup=min(warmup, steps - 1))
+    optimizer = adamw(params, lr, weight_decay)
+    schedule = Schedule(lr, steps, min(warmup, steps - 1))
     bar = Progress(steps, enabled=progress, desc=f"vision {stage}")
     scalars = Scalars(out)
     vlm.train()
     t0 = time.perf_counter()
     loss_value = float("nan")
     for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, schedule)
+        set_lr(optimizer, lr_at(step, schedule))
         images, labels = digits.batch("train", start + step * batch_size, batch_size, seed)
         images, targets = images.to(dev), vlm.answer_targets(labels.to(dev))
         with autocast(dev, amp):
@@ -147,14 +137,14 @@ def train_steps(
                 o = vlm(images)
                 logits = o.logits[:, -1].float()
         loss = F.cross_entropy(logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        (loss + o.aux_loss if o is not None and lm_trained else loss).backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
-        optimizer.step()
-        if o is not None:
-            for layer, load in zip(vlm.lm.layers, o.load, strict=True):
-                if layer.moe in trained_moe:
-                    layer.moe.update_bias(load)
+        loads = [] if o is None else zip(vlm.lm.layers, o.load, strict=True)
+        grad_norm = update(
+            optimizer,
+            loss + o.aux_loss if o is not None and lm_trained else loss,
+            params,
+            1.0,
+            [(layer.moe, load) for layer, load in loads if layer.moe in trained_moe],
+        )
         loss_value = float(loss.detach())
         acc = float((logits.argmax(-1) == targets).float().mean())
         row = {

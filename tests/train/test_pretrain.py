@@ -20,7 +20,7 @@ from glmflash.model.lm import GLMFlash
 from glmflash.train.distributed import DistInfo
 from glmflash.train.pretrain import prepare_run, pretrain, training_stream
 from glmflash.train.runlog import TrainError
-from glmflash.train.schedule import lr_at
+from glmflash.train.schedule import Schedule, lr_at
 
 FAST = dict(
     preset="tiny",
@@ -45,25 +45,27 @@ def losses(run_dir) -> list[float]:
 
 
 def test_schedule_warmup_then_cosine():
-    cfg = PretrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
-    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
-    assert lr_at(10, cfg) == pytest.approx(1.0)
-    assert lr_at(55, cfg) == pytest.approx(0.55)
-    assert lr_at(100, cfg) == pytest.approx(0.1)
-    assert all(lr_at(s, cfg) >= lr_at(s + 1, cfg) for s in range(10, 100))
+    sched = Schedule.of(PretrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1))
+    assert lr_at(0, sched) == pytest.approx(0.1) and lr_at(9, sched) == pytest.approx(1.0)
+    assert lr_at(10, sched) == pytest.approx(1.0)
+    assert lr_at(55, sched) == pytest.approx(0.55)
+    assert lr_at(100, sched) == pytest.approx(0.1)
+    assert all(lr_at(s, sched) >= lr_at(s + 1, sched) for s in range(10, 100))
 
 
 def test_wsd_is_stable_then_decays_in_its_last_fraction():
-    cfg = PretrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd")
-    assert lr_at(0, cfg) == pytest.approx(0.1)
-    assert all(lr_at(s, cfg) == 1.0 for s in range(10, 80))  # decay_fraction 0.2
+    sched = Schedule(1.0, 100, 10, "wsd", 0.1)
+    assert lr_at(0, sched) == pytest.approx(0.1)
+    assert all(lr_at(s, sched) == 1.0 for s in range(10, 80))  # decay_fraction 0.2
     # 1 - sqrt decay over steps 80..99: lr = 0.1 + 0.9 (1 - sqrt((s - 79) / 20))
-    assert lr_at(84, cfg) == pytest.approx(0.1 + 0.9 * (1 - 0.5))
-    assert lr_at(99, cfg) == pytest.approx(0.1)
-    assert all(lr_at(s, cfg) > lr_at(s + 1, cfg) for s in range(79, 99))
+    assert lr_at(84, sched) == pytest.approx(0.1 + 0.9 * (1 - 0.5))
+    assert lr_at(99, sched) == pytest.approx(0.1)
+    assert all(lr_at(s, sched) > lr_at(s + 1, sched) for s in range(79, 99))
     # the stable part does not depend on the run's length: any budget branches off it
-    longer = PretrainConfig(steps=400, warmup=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd")
-    assert [lr_at(s, cfg) for s in range(80)] == [lr_at(s, longer) for s in range(80)]
+    longer = Schedule.of(
+        PretrainConfig(steps=400, warmup=10, lr=1.0, min_lr_ratio=0.1, schedule="wsd")
+    )
+    assert [lr_at(s, sched) for s in range(80)] == [lr_at(s, longer) for s in range(80)]
 
 
 @pytest.mark.parametrize("optimizer, balance", [("adamw", "aux"), ("muon", "bias")])

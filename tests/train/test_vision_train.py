@@ -15,13 +15,13 @@ from glmflash.config import model_config
 from glmflash.data.digits import batch
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import VisionLanguageModel, make_tower
+from glmflash.train.optim import adamw
 from glmflash.train.vision import (
     VisionConfig,
     VisionTrainError,
     build_model,
     confusion_matrix,
     load_vision,
-    make_optimizer,
     scope_parameters,
 )
 from glmflash.train.vision import train_vision as train
@@ -120,7 +120,7 @@ def test_a_tiny_model_overfits_a_handful_of_images():
     model = VisionLanguageModel(GLMFlash(cfg), make_tower("blocks", cfg))
     images, labels = batch("train", 0, 10, seed=5)
     params = scope_parameters(model, "all")
-    optimizer = make_optimizer(params, 3e-3, 0.0)
+    optimizer = adamw(params, 3e-3, 0.0)
     before = (model.predict(images) == labels).float().mean()
     for _ in range(40):
         loss = F.cross_entropy(model.answer_logits(images), model.answer_targets(labels))
