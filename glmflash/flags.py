@@ -31,6 +31,16 @@ def setting(default: Any, help: str, choices: Sequence[str] | None = None) -> An
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def check_setting_choices(config: Any, error: type[Exception] = ValueError) -> None:
+    """Raise `error` naming the first field of dataclass `config` whose value is not among
+    the choices its `setting` declared: the one check of every config's named values."""
+    for f in dataclasses.fields(config):
+        choices = f.metadata.get("choices")
+        value = getattr(config, f.name)
+        if choices and value not in choices:
+            raise error(f"{f.name} must be one of {', '.join(choices)}, got {value!r}")
+
+
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
@@ -85,6 +95,30 @@ def parse_setting(kind: Any, text: str) -> Any:
         raise ValueError(f"expected {kind.__name__}, got {text!r}") from None
 
 
+def split_setting(item: str) -> tuple[str, str]:
+    """ "KEY=VALUE" -> (KEY, VALUE), both stripped; anything else is a ValueError."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected KEY=VALUE, got {item!r}")
+    return key.strip(), value.strip()
+
+
+def field_value(cls: type, name: str, text: str) -> Any:
+    """The value of field `name` of dataclass `cls` that `text` writes, in the field's type and
+    among its declared choices."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in fields:
+        raise ValueError(f"unknown setting {name!r}: choose from {', '.join(fields)}")
+    try:
+        value = parse_setting(typing.get_type_hints(cls)[name], text)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    choices = fields[name].metadata.get("choices")
+    if choices and value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def with_setting(config: Any, path: str, text: str, _above: str = "") -> Any:
     """A copy of dataclass `config` with the field at dotted `path` (`rl.lr`,
     `evaluation.sampling.k`) set to the value `text` writes; the copy validates itself."""
@@ -102,12 +136,9 @@ def with_setting(config: Any, path: str, text: str, _above: str = "") -> Any:
         raise ValueError(f"{full} holds settings: set one of {', '.join(_field_names(current))}")
     else:
         try:
-            value = parse_setting(typing.get_type_hints(type(config))[head], text)
+            value = field_value(type(config), head, text)
         except ValueError as e:
-            raise ValueError(f"{full}: {e}") from None
-        choices = fields[head].metadata.get("choices")
-        if choices and value not in choices:
-            raise ValueError(f"{full} must be one of {', '.join(choices)}, got {value!r}")
+            raise ValueError(f"{_above}{e}") from None
     return dataclasses.replace(config, **{head: value})
 
 
@@ -150,10 +181,13 @@ def _shown(value: Any) -> str:
 
 __all__ = [
     "add_config_flags",
+    "check_setting_choices",
+    "field_value",
     "flag_name",
     "from_fields",
     "given",
     "parse_setting",
     "setting",
+    "split_setting",
     "with_setting",
 ]

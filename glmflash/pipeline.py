@@ -18,115 +18,51 @@ The confirm split is opened only by the `before` and `after` stages.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import resource
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from glmflash.checkpoint import checkpoint_dirs, load_model, read_config
-from glmflash.config import PretrainConfig
+from glmflash.config import PipelinePlan
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.device import resolve_device
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.config import EvalConfig, Sampling
 from glmflash.evaluate.rungs import COMPETENCE_BAR, RUNGS, clears_bar, evaluate_rungs, rung_table
 from glmflash.flags import changed_settings
 from glmflash.generate import check_against_full_recompute
 from glmflash.machine import machine_record
 from glmflash.processes import in_fresh_process
 from glmflash.stages import (
+    BarReading,
+    BeforeAfter,
     ConfirmEval,
     Draws,
+    PipelineResults,
+    PretrainSummary,
+    RLSummary,
     Stage,
     TrainStage,
+    VisionScores,
     VisionStage,
     load_stage,
     save_stage,
 )
 from glmflash.train.pretrain import pretrain
-from glmflash.train.rl import RLConfig, train_rl
-from glmflash.train.vision import VisionConfig, train_vision
+from glmflash.train.rl import train_rl
+from glmflash.train.vision import train_vision
 
 TRAINED = ("increment", "double", "even")
 STAGE_FILE = "stage.json"
 PLAN_FILE = "plan.json"  # the plan a run folder was made with
 
 
-@dataclass(frozen=True)
-class PipelinePlan:
-    """The budget of every stage. `full()` is the 25m plan; `quick()` the tiny smoke run; any
-    setting of either can be changed with `with_setting` (glmflash pipeline --set)."""
-
-    pretrain: PretrainConfig
-    rl: RLConfig
-    vision: VisionConfig = VisionConfig()  # glmflash vision's defaults are the pipeline's
-    evaluation: EvalConfig = EvalConfig()  # the confirm evaluation before and after RL
-
-    @classmethod
-    def full(cls, seed: int) -> PipelinePlan:
-        return cls(
-            PretrainConfig(
-                preset="25m",
-                steps=800,  # the fewest that clear the competence bar on two seeds (competence)
-                batch_size=32,
-                seq_len=128,
-                lr=4e-3,  # the screen of levers: results/competence/screen.md
-                schedule="wsd",  # the harness's schedule (results/competence)
-                row_start="document",  # every body with its comment (results/competence)
-                warmup=10,
-                eval_every=100,
-                ckpt_every=100,
-                keep_checkpoints=3,
-                eval_tasks=0,
-                seed=seed,
-                optimizer="muon",
-                precision="auto",  # bf16 where it is fast (results/precision/bf16_curves.json)
-            ),
-            RLConfig(seed=seed),
-        )  # glmflash rl's defaults are the pipeline's RL stage
-
-    @classmethod
-    def quick(cls, seed: int) -> PipelinePlan:
-        return cls(
-            PretrainConfig(
-                preset="tiny",
-                steps=6,
-                batch_size=4,
-                seq_len=64,
-                warmup=2,
-                eval_every=3,
-                ckpt_every=3,
-                eval_batches=1,
-                keep_checkpoints=2,
-                eval_tasks=0,
-                seed=seed,
-                optimizer="muon",
-            ),
-            RLConfig(
-                groups=2,
-                group_size=4,
-                tasks_per_step=2,
-                seed=seed,
-                eval_every=2,
-                dev_per_family=1,
-                max_new_tokens=12,
-            ),
-            VisionConfig(steps=3, align_steps=3, eval_size=20),
-            EvalConfig(per_family=1, per_rung=2, sampling=Sampling("sample", 2, max_new_tokens=12)),
-        )
-
-    @property
-    def preset(self) -> str:
-        return self.pretrain.preset
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+StageWork = Callable[..., Any]  # Pipeline.<stage>(pipeline, folder, *args) -> a stage record
 
 
 class Pipeline:
@@ -150,9 +86,10 @@ class Pipeline:
         self.fresh_processes = fresh_processes
 
     # -- stage bookkeeping ---------------------------------------------------------------------
-    def stage(self, name: str, cls: type[Stage], work: str, *args: str) -> Stage:
-        """Run stage `name` unless it already finished: the method `work`, called as
-        work(folder, *args); its typed result is kept in stage.json."""
+    def stage(self, name: str, cls: type[Stage], work: StageWork, *args: str) -> Stage:
+        """Run stage `name` unless it already finished: work(self, folder, *args), a method of
+        Pipeline (so that a fresh process can find it by name); its typed result is kept in
+        stage.json."""
         folder = self.out / name
         done = folder / STAGE_FILE
         if done.is_file():
@@ -165,7 +102,7 @@ class Pipeline:
             job = (self.out, self.plan, self.device, work, folder, args)
             result = in_fresh_process(_stage_work, *job)
         else:
-            result = getattr(self, work)(folder, *args)
+            result = work(self, folder, *args)
         result.wall_seconds = time.perf_counter() - t0
         save_stage(done, result)
         return result
@@ -189,16 +126,16 @@ class Pipeline:
         tmp.replace(path)
 
     # -- the stages ------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> PipelineResults:
         self.record_plan()
-        pre = self.stage("pretrain", TrainStage, "pretrain_stage")
+        pre = self.stage("pretrain", TrainStage, Pipeline.pretrain_stage)
         base = pre.selected
-        before = self.stage("before", ConfirmEval, "confirm_eval", base)
-        rl = self.stage("rl", TrainStage, "rl_stage", base)
-        after = self.stage("after", ConfirmEval, "confirm_eval", rl.selected)
-        vision = self.stage("vision", VisionStage, "vision", base)
+        before = self.stage("before", ConfirmEval, Pipeline.confirm_eval, base)
+        rl = self.stage("rl", TrainStage, Pipeline.rl_stage, base)
+        after = self.stage("after", ConfirmEval, Pipeline.confirm_eval, rl.selected)
+        vision = self.stage("vision", VisionStage, Pipeline.vision, base)
         results = self.results(pre, before, rl, after, vision)
-        (self.out / "results.json").write_text(json.dumps(results, indent=2))
+        (self.out / "results.json").write_text(json.dumps(results.to_json(), indent=2))
         from glmflash.report import write_pipeline_report  # scipy: only when the report is due
 
         write_pipeline_report(self.out, results, before, after)
@@ -268,8 +205,8 @@ class Pipeline:
         rl: TrainStage,
         after: ConfirmEval,
         vision: VisionStage,
-    ) -> dict[str, Any]:
-        """results.json: every stage's figures, before and after RL side by side."""
+    ) -> PipelineResults:
+        """Every stage's figures, before and after RL side by side."""
         stages = {"pretrain": pre, "before": before, "rl": rl, "after": after, "vision": vision}
         tokens_per_step = self.plan.pretrain.batch_size * self.plan.pretrain.seq_len
         wall = {k: round(v.wall_seconds, 1) for k, v in stages.items()}
@@ -277,60 +214,62 @@ class Pipeline:
         if before.sampling != after.sampling:
             raise ValueError(f"pass@k drawn differently before ({before.sampling}) and after RL")
 
-        def side_by_side(scores) -> dict[str, Any]:
-            return {"before": scores(before), "after": scores(after)}
+        def side_by_side(scores: Callable[[ConfirmEval], Any]) -> BeforeAfter:
+            return BeforeAfter(scores(before), scores(after))
 
         usage = max(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
         )
-        return {
-            "preset": self.plan.preset,
-            "seed": self.plan.pretrain.seed,
-            "plan": self.plan.to_dict(),
-            "machine": self.machine(),
-            "wall_seconds": wall,
-            "ladder": {r: side_by_side(lambda s, r=r: s.ladder.get(r)) for r in before.ladder},
-            "peak_memory_bytes": usage * 1024,
-            "pretrain": {
+        return PipelineResults(
+            preset=self.plan.preset,
+            seed=self.plan.pretrain.seed,
+            plan=self.plan.to_dict(),
+            machine=self.machine(),
+            wall_seconds=wall,
+            ladder={r: side_by_side(lambda s, r=r: s.ladder.get(r)) for r in before.ladder},
+            peak_memory_bytes=usage * 1024,
+            pretrain=PretrainSummary(
                 **{k: pre.summary.get(k) for k in ("steps", "dev_loss", "loss", "tokens_per_s")},
-                "tokens": read_config(pre.selected)[1]["step"] * tokens_per_step,  # selected
-                "schedule": self.plan.pretrain.schedule,
-                "selected": pre.selected,
-            },
-            "competence_bar": {
-                "bar": {r: f"{op} {share:.0%}" for r, (op, share) in COMPETENCE_BAR.items()},
-                "cleared_on_confirm": clears_bar(before.ladder),
-            },
-            "rl": {
-                "greedy_pass1_trained": side_by_side(lambda s: s.greedy_pass1_trained),
-                "sampling": {"k": before.sampling.k, "temperature": before.sampling.temperature},
-                "passk_trained": side_by_side(lambda s: s.passk_trained),
-                "passk_all": side_by_side(lambda s: s.passk_all),
-                "per_family": {
+                tokens=read_config(pre.selected)[1]["step"] * tokens_per_step,  # selected
+                schedule=self.plan.pretrain.schedule,
+                selected=pre.selected,
+            ),
+            competence_bar=BarReading(
+                {r: f"{op} {share:.0%}" for r, (op, share) in COMPETENCE_BAR.items()},
+                clears_bar(before.ladder),
+            ),
+            rl=RLSummary(
+                greedy_pass1_trained=side_by_side(lambda s: s.greedy_pass1_trained),
+                sampling={"k": before.sampling.k, "temperature": before.sampling.temperature},
+                passk_trained=side_by_side(lambda s: s.passk_trained),
+                passk_all=side_by_side(lambda s: s.passk_all),
+                per_family={
                     f: side_by_side(lambda s, f=f: s.per_family_passk.get(f)) for f in FAMILIES
                 },
-                "per_family_samples": {
+                per_family_samples={
                     f: side_by_side(lambda s, f=f: s.per_family_samples.get(f)) for f in FAMILIES
                 },
                 **{
                     k: rl.summary.get(k)
                     for k in ("trainable_parameters", "rollouts_per_s", "best_dev")
                 },
-            },
-            "decoding": side_by_side(lambda s: s.decoding),
-            "vision": {
-                "heldout_correct": vision.heldout_correct,
-                "train_correct": vision.train_correct,
-            },
-        }
+            ),
+            decoding=side_by_side(lambda s: s.decoding),
+            vision=VisionScores(vision.heldout_correct, vision.train_correct),
+        )
 
 
 def _stage_work(
-    out: Path, plan: PipelinePlan, device: str, work: str, folder: Path, args: tuple[str, ...]
+    out: Path,
+    plan: PipelinePlan,
+    device: str,
+    work: StageWork,
+    folder: Path,
+    args: tuple[str, ...],
 ) -> Stage:
     """A stage's work in a fresh process (`Pipeline.stage`)."""
-    return getattr(Pipeline(out, plan, device, fresh_processes=False), work)(folder, *args)
+    return work(Pipeline(out, plan, device, fresh_processes=False), folder, *args)
 
 
 def resumable(run_dir: Path) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 from glmflash.evaluate.stats import proportion_interval
 from glmflash.plots import pyplot, save
-from glmflash.stages import ConfirmEval
+from glmflash.stages import BeforeAfter, ConfirmEval, PipelineResults
 
 # the reference lab's figures: its pass@k was pass@8 at temperature 0.8, on the 25m scale
 REFERENCE = {
@@ -35,9 +35,9 @@ def ci(pair: list[float]) -> str:
     return f"[{iv.low:.0%}, {iv.high:.0%}]"
 
 
-def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: Path) -> None:
-    """One bar chart per panel (y label, name -> {"before": [k, n], "after": [k, n]}): the
-    pass rate of each name before and after RL, side by side."""
+def before_after_bars(panels: list[tuple[str, dict[str, BeforeAfter]]], png: Path) -> None:
+    """One bar chart per panel (y label, name -> [k, n] before and after): the pass rate of
+    each name before and after RL, side by side."""
     plt = pyplot()
     import numpy as np
 
@@ -46,7 +46,8 @@ def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: 
         names = list(values)
         x = np.arange(len(names))
         for shift, when in ((-0.2, "before"), (0.2, "after")):
-            ax.bar(x + shift, [rate(values[n][when]) for n in names], 0.4, label=f"{when} RL")
+            rates = [rate(getattr(values[n], when)) for n in names]
+            ax.bar(x + shift, rates, 0.4, label=f"{when} RL")
         ax.set_xticks(x, names, rotation=30, ha="right")
         ax.set_ylim(0, 1)
         ax.set_ylabel(label)
@@ -54,12 +55,13 @@ def before_after_bars(panels: list[tuple[str, dict[str, dict[str, Any]]]], png: 
     save(fig, png, dpi=120)
 
 
-def family_bars(results: dict[str, Any], png: Path) -> None:
+def family_bars(results: PipelineResults, png: Path) -> None:
     """Per family, before and after RL: sampled pass@k and the share of passing samples."""
-    rl = results["rl"]
-    panels = [(f"sampled pass@{rl['sampling']['k']} (confirm)", rl["per_family"])]
-    if "per_family_samples" in rl:
-        panels.append(("passing samples (confirm)", rl["per_family_samples"]))
+    rl = results.rl
+    panels = [
+        (f"sampled pass@{rl.sampling['k']} (confirm)", rl.per_family),
+        ("passing samples (confirm)", rl.per_family_samples),
+    ]
     before_after_bars(panels, png)
 
 
@@ -93,9 +95,9 @@ RUNG_NOTES = {
 }
 
 
-def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
+def ladder_section(results: PipelineResults, out: Path) -> list[str]:
     """The ladder table (greedy pass@1 per rung, before and after RL) and its plot."""
-    ladder = results.get("ladder")
+    ladder = results.ladder
     if not ladder:
         return []
     before_after_bars([("greedy pass@1 (confirm)", ladder)], out / "ladder.png")
@@ -106,27 +108,27 @@ def ladder_section(results: dict[str, Any], out: Path) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for rung, v in ladder.items():
-        change = f"{100 * (rate(v['after']) - rate(v['before'])):+.0f} pts" if v["after"] else "-"
+        change = f"{100 * (rate(v.after) - rate(v.before)):+.0f} pts" if v.after else "-"
         lines.append(
-            f"| {rung} | {RUNG_NOTES.get(rung, '')} | {fmt(v['before'])} | "
-            f"{fmt(v['after']) if v['after'] else '-'} | {change} | "
-            f"{ci(v['after']) if v['after'] else '-'} |"
+            f"| {rung} | {RUNG_NOTES.get(rung, '')} | {fmt(v.before)} | "
+            f"{fmt(v.after) if v.after else '-'} | {change} | "
+            f"{ci(v.after) if v.after else '-'} |"
         )
-    lines.append("")
-    if bar := results.get("competence_bar"):
-        lines.append(
-            f"Competence bar before RL ({', '.join(f'{r} {c}' for r, c in bar['bar'].items())}): "
-            f"{'cleared' if bar['cleared_on_confirm'] else 'not cleared'} after "
-            f"{results['pretrain']['tokens']:,} pretraining tokens."
-        )
+    bar = results.competence_bar
+    lines += [
+        "",
+        f"Competence bar before RL ({', '.join(f'{r} {c}' for r, c in bar.bar.items())}): "
+        f"{'cleared' if bar.cleared_on_confirm else 'not cleared'} after "
+        f"{results.pretrain.tokens:,} pretraining tokens.",
+    ]
     return lines + ["", "![ladder](ladder.png)", ""]
 
 
-def family_section(results: dict[str, Any]) -> list[str]:
+def family_section(results: PipelineResults) -> list[str]:
     """The seed families before and after RL, beside the reference lab where comparable."""
-    rl = results["rl"]
-    k, temperature = rl["sampling"]["k"], rl["sampling"]["temperature"]
-    comparable = results["preset"] == "25m" and rl["sampling"] == REFERENCE_SAMPLING
+    rl = results.rl
+    k, temperature = rl.sampling["k"], rl.sampling["temperature"]
+    comparable = results.preset == "25m" and rl.sampling == REFERENCE_SAMPLING
     lines = [
         "## Seed families",
         "",
@@ -135,11 +137,12 @@ def family_section(results: dict[str, Any]) -> list[str]:
     ]
     for key, label in LABELS.items():
         ref = " -> ".join(REFERENCE[key]) if comparable else "-"
+        score: BeforeAfter = getattr(rl, key)
         lines.append(
-            f"| {label.format(k=k)} | {fmt(rl[key]['before'])} | "
-            f"{fmt(rl[key]['after'])} | {ci(rl[key]['after'])} | {ref} |"
+            f"| {label.format(k=k)} | {fmt(score.before)} | "
+            f"{fmt(score.after)} | {ci(score.after)} | {ref} |"
         )
-    v = results["vision"]["heldout_correct"]
+    v = results.vision.heldout_correct
     lines += [
         f"| vision, held-out renderings | | {fmt(v)} | {ci(v)} | 40/100 (inside the 25M model) |",
         "",
@@ -151,38 +154,36 @@ def family_section(results: dict[str, Any]) -> list[str]:
         f"| family | pass@{k} before | pass@{k} after | passing samples before | after |",
         "|---|---|---|---|---|",
     ]
-    samples = rl.get("per_family_samples", {})
-    for fam, v in rl["per_family"].items():
-        s = samples.get(fam, {})
+    for fam, p in rl.per_family.items():
+        s = rl.per_family_samples.get(fam, BeforeAfter(None, None))
         lines.append(
-            f"| {fam} | {fmt(v['before'])} | {fmt(v['after'])} | "
-            f"{fmt(s['before']) if s.get('before') else '-'} | "
-            f"{fmt(s['after']) if s.get('after') else '-'} |"
+            f"| {fam} | {fmt(p.before)} | {fmt(p.after)} | "
+            f"{fmt(s.before) if s.before else '-'} | {fmt(s.after) if s.after else '-'} |"
         )
     return [*lines, "", "![per family](families.png)", ""]
 
 
-def time_section(results: dict[str, Any]) -> list[str]:
+def time_section(results: PipelineResults) -> list[str]:
     """Seconds per stage, the machine, memory and RL's rate."""
-    rl = results["rl"]
+    rl = results.rl
     lines = ["## Time and memory", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {stage} | {s:.0f} |" for stage, s in results["wall_seconds"].items()]
+    lines += [f"| {stage} | {s:.0f} |" for stage, s in results.wall_seconds.items()]
     return [
         *lines,
         "",
-        machine_line(results.get("machine")),
+        machine_line(results.machine),
         "",
-        f"Peak memory: {results['peak_memory_bytes'] / 2**30:.2f} GiB. "
-        f"RL trained {rl['trainable_parameters']:,} parameters at "
-        f"{rl['rollouts_per_s']:.1f} rollouts/s.",
+        f"Peak memory: {results.peak_memory_bytes / 2**30:.2f} GiB. "
+        f"RL trained {rl.trainable_parameters:,} parameters at "
+        f"{rl.rollouts_per_s:.1f} rollouts/s.",
         "",
-        *decoding_lines(results.get("decoding")),
+        *decoding_lines(results.decoding),
     ]
 
 
-def decoding_lines(decoding: dict[str, Any] | None) -> list[str]:
+def decoding_lines(decoding: BeforeAfter) -> list[str]:
     """The check of cached decoding against full recomputation, before and after RL."""
-    checks = {k: v for k, v in (decoding or {}).items() if v}
+    checks = {k: v for k, v in (("before", decoding.before), ("after", decoding.after)) if v}
     if not checks:
         return []
     parts = [
@@ -216,7 +217,7 @@ def examples_section(before: ConfirmEval, after: ConfirmEval) -> list[str]:
 
 
 def write_pipeline_report(
-    out: Path, results: dict[str, Any], before: ConfirmEval, after: ConfirmEval
+    out: Path, results: PipelineResults, before: ConfirmEval, after: ConfirmEval
 ) -> Path:
     """report.md: the ladder first, then the seed families, time and memory, the curves and
     example generations; the plots beside it."""
@@ -228,7 +229,7 @@ def write_pipeline_report(
             shutil.copy(src, out / name)
     family_bars(results, out / "families.png")
     lines = [
-        f"# glmflash pipeline report (preset {results['preset']}, seed {results['seed']})",
+        f"# glmflash pipeline report (preset {results.preset}, seed {results.seed})",
         "",
         *ladder_section(results, out),
         *family_section(results),

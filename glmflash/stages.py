@@ -61,6 +61,77 @@ class VisionStage:
 Stage = TypeVar("Stage", TrainStage, ConfirmEval, VisionStage)
 
 
+@dataclass
+class BeforeAfter:
+    """One score of the confirm evaluation before and after RL."""
+
+    before: Any
+    after: Any
+
+
+@dataclass
+class PretrainSummary:
+    """The pretraining stage as results.json reports it."""
+
+    steps: int
+    dev_loss: float | None
+    loss: float | None
+    tokens_per_s: float | None
+    tokens: int  # trained by the selected checkpoint
+    schedule: str
+    selected: str
+
+
+@dataclass
+class BarReading:
+    """The competence bar (rung -> "op share") and whether the base clears it on confirm."""
+
+    bar: dict[str, str]
+    cleared_on_confirm: bool
+
+
+@dataclass
+class RLSummary:
+    """The RL stage: the seed-family scores before and after it, and its run's figures."""
+
+    greedy_pass1_trained: BeforeAfter
+    sampling: dict[str, float]  # {"k", "temperature"} of the pass@k scores
+    passk_trained: BeforeAfter
+    passk_all: BeforeAfter
+    per_family: dict[str, BeforeAfter]
+    per_family_samples: dict[str, BeforeAfter]  # [passing samples, samples]
+    trainable_parameters: int | None
+    rollouts_per_s: float | None
+    best_dev: dict[str, Any] | None
+
+
+@dataclass
+class VisionScores:
+    heldout_correct: list[int]
+    train_correct: list[int]
+
+
+@dataclass
+class PipelineResults:
+    """Everything results.json holds and report.md is written from."""
+
+    preset: str
+    seed: int
+    plan: dict[str, Any]
+    machine: dict[str, Any]
+    wall_seconds: dict[str, float]  # per stage, and "total"
+    ladder: dict[str, BeforeAfter]  # rung -> greedy [solved, n]
+    peak_memory_bytes: int
+    pretrain: PretrainSummary
+    competence_bar: BarReading
+    rl: RLSummary
+    decoding: BeforeAfter  # the cached-decoding check of each checkpoint (None: not run)
+    vision: VisionScores
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def save_stage(path: Path, result: Any) -> None:
     """Write a stage's record atomically (a crash leaves the old file or none)."""
     tmp = path.with_suffix(".tmp")
@@ -82,4 +153,17 @@ def load_stage(path: Path, cls: type[Stage]) -> Stage:
         ) from None
 
 
-__all__ = ["ConfirmEval", "Draws", "TrainStage", "VisionStage", "load_stage", "save_stage"]
+__all__ = [
+    "BarReading",
+    "BeforeAfter",
+    "ConfirmEval",
+    "Draws",
+    "PipelineResults",
+    "PretrainSummary",
+    "RLSummary",
+    "TrainStage",
+    "VisionScores",
+    "VisionStage",
+    "load_stage",
+    "save_stage",
+]

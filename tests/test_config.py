@@ -51,3 +51,30 @@ def test_pretraining_choices_are_checked(field, value):
         PretrainConfig(**{field: value})
     with pytest.raises(ConfigError, match="decay_fraction"):
         PretrainConfig(decay_fraction=0.0)
+
+
+def choice_fields():
+    """(config class, field) for every setting declared with choices, in every stage's config."""
+    import dataclasses
+
+    from glmflash.config import PretrainConfig, RLConfig, Sampling, VisionConfig
+
+    return [
+        (cls, f)
+        for cls in (PretrainConfig, RLConfig, VisionConfig, Sampling)
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("choices")
+    ]
+
+
+@pytest.mark.parametrize(("cls", "field"), choice_fields(), ids=lambda x: getattr(x, "name", x))
+def test_every_declared_choice_is_enforced_and_every_choice_builds(cls, field):
+    """A value outside a setting's declared choices is refused, naming the field; each
+    declared choice builds (with the settings it needs: edge sampling needs rloo)."""
+    with pytest.raises(Exception, match=f"{field.name} must be one of") as raised:
+        cls(**{field.name: "no-such-choice"})
+    assert isinstance(raised.value, (ValueError, RuntimeError))
+    needs = {"train_scope": {"align_steps": 1}}.get(field.name, {})
+    for choice in field.metadata["choices"]:
+        extra = {"sampler": "uniform"} if (field.name, choice) == ("objective", "sft") else {}
+        assert getattr(cls(**{field.name: choice, **needs, **extra}), field.name) == choice

@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file
 
 from glmflash.checkpoint import load_model, save_model
-from glmflash.config import PretrainConfig, model_config
+from glmflash.config import PipelinePlan, PretrainConfig, model_config
 from glmflash.model.lm import GLMFlash
-from glmflash.pipeline import Pipeline, PipelinePlan, select_by_dev_loss
+from glmflash.pipeline import Pipeline, select_by_dev_loss
 from glmflash.train.pretrain import pretrain
 from glmflash.train.rl import _best_so_far, train_rl
 from glmflash.train.runlog import read_jsonl, trim_metrics

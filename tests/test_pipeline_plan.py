@@ -12,12 +12,10 @@ import pytest
 from glmflash.cli import main
 from glmflash.commands import pipeline as pipeline_command
 from glmflash.commands.pipeline import plan_from_args
-from glmflash.config import PretrainConfig
-from glmflash.evaluate.config import EvalConfig, Sampling
+from glmflash.config import PipelinePlan, PretrainConfig, RLConfig, VisionConfig
+from glmflash.config.evaluation import EvalConfig, Sampling
 from glmflash.flags import flat
-from glmflash.pipeline import Pipeline, PipelinePlan
-from glmflash.train.rl import RLConfig
-from glmflash.train.vision import VisionConfig
+from glmflash.pipeline import Pipeline
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from glmflash import checkpoint as ckpt
-from glmflash.train.rl import RLConfig, make_learner, rl_step, rl_tasks, sample_rollouts
+from glmflash.config import RLConfig
+from glmflash.train.rl import make_learner, rl_step, rl_tasks, sample_rollouts
 
 PHASES = ("sample", "verify", "update")
 TARGET_ROLLOUTS_PER_S = 10.0  # the reference lab's RL: 1,536 rollouts in 155 s on a GPU

@@ -39,11 +39,17 @@ from glmflash.bench.profile import bench_profile
 from glmflash.bench.rl import bench_rl
 from glmflash.bench.verify import bench_verify
 from glmflash.checkpoint import CheckpointError, read_config
-from glmflash.config import PRECISIONS, PRESETS, ConfigError, ModelConfig, model_config
+from glmflash.config import (
+    PRECISIONS,
+    PRESETS,
+    ConfigError,
+    ModelConfig,
+    PipelinePlan,
+    model_config,
+)
 from glmflash.device import resolve_device
 from glmflash.errors import CLIError
 from glmflash.machine import machine_record
-from glmflash.pipeline import PipelinePlan
 
 SECTIONS = ("model", "generate", "verify")
 

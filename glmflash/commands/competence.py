@@ -7,12 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
-from glmflash.commands.pretrain import parse_model_options
-from glmflash.config import ConfigError
+from glmflash.commands.pretrain import model_overrides
+from glmflash.config import ConfigError, PipelinePlan
 from glmflash.errors import CLIError
 from glmflash.experiments.competence import TABLE, measure, plot_table, update_table
-from glmflash.flags import with_setting
-from glmflash.pipeline import PipelinePlan
+from glmflash.flags import split_setting, with_setting
 from glmflash.train.runlog import TrainError
 
 
@@ -31,9 +30,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a pretraining setting changed from the pipeline's plan, e.g. lr=4e-3",
+        help="a pretraining setting changed from the pipeline's plan, e.g. lr=4e-3, or a model "
+        "option changed from the preset, e.g. model.linear_kind=delta",
     )
-    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the older spelling of --set model.KEY=VALUE",
+    )
     p.add_argument("--per-rung", type=int, default=32, help="dev tasks per rung")
 
 
@@ -41,11 +47,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         plan = PipelinePlan.full(args.seed)
+        model = [item for item in args.set if item.startswith("model.")]
         for item in args.set:
-            key, _, value = item.partition("=")
-            plan = with_setting(plan, f"pretrain.{key}", value)
+            if item not in model:
+                key, value = split_setting(item)
+                plan = with_setting(plan, f"pretrain.{key}", value)
         budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
-        options = parse_model_options(args.model_option)
+        options = model_overrides(model, args.model_option)
         row = measure(
             plan.pretrain,
             budgets,

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from glmflash.checkpoint import CheckpointError, load_model
+from glmflash.config.evaluation import Sampling
 from glmflash.data.code_tasks import FAMILIES, CodeTask, tasks
 from glmflash.device import resolve_device
 from glmflash.errors import CLIError
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.rungs import evaluate_rungs, parse_rungs, rung_table
 from glmflash.evaluate.user_tasks import evaluate_saved, humaneval_tasks, load_tasks
 from glmflash.flags import add_config_flags, given

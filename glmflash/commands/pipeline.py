@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from glmflash.checkpoint import CheckpointError
+from glmflash.config import PipelinePlan
 from glmflash.errors import CLIError
 from glmflash.flags import with_setting
-from glmflash.pipeline import Pipeline, PipelinePlan
+from glmflash.pipeline import Pipeline
 from glmflash.train.runlog import TrainError
 
 
@@ -62,15 +63,9 @@ def run(args: argparse.Namespace) -> int:
         results = Pipeline(args.out, plan, args.device, fresh_processes=not args.one_process).run()
     except (TrainError, CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
-    print(
-        json.dumps(
-            {
-                "out": args.out,
-                "wall_seconds": results["wall_seconds"],
-                "rl": {k: v for k, v in results["rl"].items() if k != "per_family"},
-                "vision": results["vision"],
-            }
-        )
-    )
+    data = results.to_json()
+    rl = {k: v for k, v in data["rl"].items() if k != "per_family"}
+    summary = {"out": args.out, "wall_seconds": results.wall_seconds, "rl": rl}
+    print(json.dumps({**summary, "vision": data["vision"]}))
     print(f"report: {Path(args.out) / 'report.md'}", file=sys.stderr)
     return 0

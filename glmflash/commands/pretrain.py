@@ -4,49 +4,56 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 from glmflash.checkpoint import CheckpointError
 from glmflash.config import ConfigError, ModelConfig, PretrainConfig, model_config
 from glmflash.errors import CLIError
-from glmflash.flags import add_config_flags, given
+from glmflash.flags import add_config_flags, field_value, given, split_setting
 from glmflash.train.pretrain import RUN, pretrain
 from glmflash.train.runlog import TrainError
 
 
-def parse_model_options(items: list[str]) -> dict[str, Any]:
-    """KEY=VALUE strings -> typed model overrides (types from ModelConfig's defaults)."""
-    defaults = ModelConfig().to_dict()
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or key not in defaults:
-            raise TrainError(
-                f"bad --model-option {item!r}: expected KEY=VALUE with KEY one of "
-                f"{', '.join(defaults)}"
-            )
-        kind = type(defaults[key])
-        try:
-            out[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
-        except ValueError:
-            raise TrainError(
-                f"bad --model-option {item!r}: {key} needs a {kind.__name__}"
-            ) from None
-    return out
+def model_overrides(settings: list[str], model_options: list[str]) -> dict[str, Any]:
+    """model.KEY=VALUE settings (and --model-option KEY=VALUE, the older spelling, with a
+    warning) -> typed ModelConfig overrides."""
+    items = []
+    for item in settings:
+        key, value = split_setting(item)
+        if not key.startswith("model."):
+            raise ValueError(f"expected model.KEY=VALUE, got {item!r}")
+        items.append((key.removeprefix("model."), value))
+    if model_options:
+        warnings.warn("--model-option KEY=VALUE is now --set model.KEY=VALUE", stacklevel=1)
+        items += [split_setting(item) for item in model_options]
+    return {key: field_value(ModelConfig, key, value) for key, value in items}
+
+
+def add_model_settings(p: argparse.ArgumentParser) -> None:
+    """--set model.KEY=VALUE, and --model-option KEY=VALUE, its older spelling."""
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="model.KEY=VALUE",
+        help="a model option changed from the preset, e.g. --set model.linear_kind=delta",
+    )
+    p.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the older spelling of --set model.KEY=VALUE",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics, plots)")
     add_config_flags(p, PretrainConfig)
     p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
-    p.add_argument(
-        "--model-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a model config field, e.g. linear_kind=delta",
-    )
+    add_model_settings(p)
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
     )
@@ -62,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     base: dict[str, Any] = {}
     branch_from = args.branch_from
     try:
-        overrides = parse_model_options(args.model_option)
+        overrides = model_overrides(args.set, args.model_option)
         if args.resume and (out / RUN).is_file():
             saved = json.loads((out / RUN).read_text())
             base = saved["pretrain"]

@@ -7,9 +7,10 @@ import argparse
 import json
 
 from glmflash.checkpoint import CheckpointError
+from glmflash.config import RLConfig
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given
-from glmflash.train.rl import RLConfig, train_rl
+from glmflash.train.rl import train_rl
 from glmflash.train.runlog import TrainError
 
 

@@ -7,10 +7,10 @@ import json
 import sys
 
 from glmflash.checkpoint import CheckpointError
-from glmflash.config import ConfigError
+from glmflash.config import ConfigError, VisionConfig, VisionTrainError
 from glmflash.errors import CLIError
 from glmflash.flags import add_config_flags, given
-from glmflash.train.vision import VisionConfig, VisionTrainError, train_vision
+from glmflash.train.vision import train_vision
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

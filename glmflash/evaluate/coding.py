@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glmflash import tokenizer as tok
+from glmflash.config.evaluation import GREEDY, Sampling
 from glmflash.data.code_tasks import CodeTask
-from glmflash.evaluate.config import GREEDY, Sampling
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.generate import generate
 from glmflash.model.lm import GLMFlash

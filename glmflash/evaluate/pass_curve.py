@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from glmflash.config.evaluation import Sampling
 from glmflash.evaluate import stats
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.evaluate.rungs import rung_tasks
 from glmflash.model.lm import GLMFlash

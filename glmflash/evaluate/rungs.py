@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from glmflash.config.evaluation import GREEDY, Sampling
 from glmflash.data import ladder
 from glmflash.data.code_tasks import FAMILIES, CodeTask, interleaved_tasks
 from glmflash.evaluate.coding import EvalResult, evaluate_tasks
-from glmflash.evaluate.config import GREEDY, Sampling
 from glmflash.model.lm import GLMFlash
 
 SEED_RUNGS = {

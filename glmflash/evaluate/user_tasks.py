@@ -19,10 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from glmflash.config.evaluation import GREEDY, Sampling
 from glmflash.data import derive_seed
 from glmflash.data.code_tasks import CodeTask
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.config import GREEDY, Sampling
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.progress import Progress
 from glmflash.verify import humaneval

@@ -32,11 +32,12 @@ from typing import Any
 
 from glmflash import checkpoint as ckpt
 from glmflash.checkpoint import checkpoint_dirs
+from glmflash.config import RLConfig
+from glmflash.config.evaluation import Sampling
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.config import Sampling
 from glmflash.experiments.registry import Experiment, register
-from glmflash.train.rl import RLConfig, train_rl
+from glmflash.train.rl import train_rl
 from glmflash.train.runlog import read_jsonl
 
 EVAL_SEED = 0  # the dev tasks, the same for every condition and seed

@@ -27,10 +27,11 @@ from typing import Any
 
 from glmflash import checkpoint as ckpt
 from glmflash.checkpoint import checkpoint_dirs
-from glmflash.evaluate.config import Sampling
+from glmflash.config import RLConfig
+from glmflash.config.evaluation import Sampling
 from glmflash.evaluate.pass_curve import pass_counts
 from glmflash.evaluate.rungs import evaluate_rungs
-from glmflash.train.rl import RLConfig, train_rl
+from glmflash.train.rl import train_rl
 from glmflash.train.runlog import read_jsonl
 
 EVAL_SEED = 0

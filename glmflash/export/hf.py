@@ -5,7 +5,7 @@
     generation_config.json  eos/pad ids, and the ids our generation never emits suppressed
     tokenizer_config.json   the byte tokenizer, for AutoTokenizer
     *_glmflash.py           the transformers classes (copied from remote/ here)
-    lm.py, config.py, ...   the model's source, flat: `from glmflash.a.b import` -> `from .b import`
+    lm.py, model.py, ...    the model's source, flat: `from glmflash.a.b import` -> `from .b import`
 
 transformers (>= 5.10.4; older versions copy only direct imports) copies a folder's relatively
 imported files into its module cache, so with `trust_remote_code=True` the model loads where
@@ -34,7 +34,7 @@ from glmflash.model.lm import GLMFlash
 PACKAGE = Path(__file__).resolve().parents[1]  # glmflash/
 REMOTE = Path(__file__).resolve().parent / "remote"
 # Our source the wrapper files import; what these import is followed from here.
-ROOTS = ("model/lm.py", "model/rope.py", "config.py", "tokenizer.py")
+ROOTS = ("model/lm.py", "model/rope.py", "config/model.py", "tokenizer.py")
 PREFIX = "model."  # GlmFlashForCausalLM keeps the GLMFlash as `self.model`
 HF_NAMES = {"top_k": "moe_top_k"}  # mirrors RENAMED in remote/configuration_glmflash.py
 ABSOLUTE = re.compile(r"^(\s*)from glmflash\.(?:\w+\.)*(\w+) import", re.MULTILINE)

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 from glmflash.model.norm import RMSNorm
 from glmflash.model.short_conv import causal_conv, conv_weight
 

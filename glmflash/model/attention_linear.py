@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 from glmflash.model.heads import HeadProjections
 from glmflash.model.short_conv import causal_conv, conv_weight
 

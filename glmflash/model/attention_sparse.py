@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 from glmflash.model.heads import HeadProjections
 from glmflash.model.rope import RotaryEmbedding
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 from glmflash.model.rope import RotaryEmbedding
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 from glmflash.model.moe import MoE, MoEStats
 from glmflash.model.norm import RMSNorm
 from glmflash.model.streams import expand_streams, make_stream_mixer, merge_streams

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 
 
 @dataclass

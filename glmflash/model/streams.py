@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
 
 RES_OFF_DIAGONAL = -4.0  # initial logit of M off the diagonal (0 on it): M_ii ~ 0.95 for S = 4
 ALPHA_INIT = 0.01

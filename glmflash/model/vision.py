@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glmflash.config import ModelConfig
+from glmflash.config.model import ModelConfig
+from glmflash.config.vision import TOWERS
 from glmflash.model.lm import GLMFlash, ModelOutput
 from glmflash.model.norm import RMSNorm
 from glmflash.model.rope import RotaryEmbedding
@@ -34,7 +35,6 @@ MERGE = 2  # 2x2 patches -> one token
 N_IMAGE_TOKENS = (GRID // MERGE) ** 2  # 16
 PROMPT = "digit:"
 DIGIT_TOKENS = tuple(encode("0123456789"))  # the answer to image of digit d is DIGIT_TOKENS[d]
-TOWERS = ("blocks", "direct")
 BLUR_SIGMA, BLUR_RADIUS = 1.5, 2  # the fixed low-pass before patching (see `blur`)
 
 

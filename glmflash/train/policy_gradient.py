@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-ADVANTAGES = ("rloo", "grpo", "dr_grpo", "rft")
-AGGREGATIONS = ("sequence", "token_mean", "constant")
+from glmflash.config.rl import ADVANTAGES, AGGREGATIONS
+
 EPS = 1e-6
 
 # the named algorithms of the `rl-algorithms` experiment, as RLConfig fields

@@ -13,16 +13,16 @@ D="--row-start document"
 declare -A LEVERS=(
     [baseline]=""
     [row_start_document]="$D"
-    [delta]="--model-option linear_kind=delta"
+    [delta]="--set model.linear_kind=delta"
     [doc+lr4e-3]="$D --lr 4e-3"
     [doc+lr8e-3]="$D --lr 8e-3"
-    [doc+elu_conv]="$D --model-option elu_conv=true"
+    [doc+elu_conv]="$D --set model.elu_conv=true"
     [doc+wide_constants]="$D --ladder-constants wide"
-    [doc+window128]="$D --model-option sparse_window=128"
+    [doc+window128]="$D --set model.sparse_window=128"
     [doc+batch16]="$D --batch-size 16 --steps 320"
-    [doc+mtp]="$D --model-option mtp=true"
-    [doc+indexer]="$D --model-option sparse_kind=indexer"
-    [doc+delta]="$D --model-option linear_kind=delta"
+    [doc+mtp]="$D --set model.mtp=true"
+    [doc+indexer]="$D --set model.sparse_kind=indexer"
+    [doc+delta]="$D --set model.linear_kind=delta"
 )
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(baseline row_start_document doc+lr4e-3 doc+elu_conv

@@ -9,10 +9,10 @@ import pytest
 from glmflash.bench import rl as bench_rl_module
 from glmflash.bench.rl import bench_rl
 from glmflash.checkpoint import save_model
-from glmflash.config import model_config
+from glmflash.config import RLConfig, model_config
 from glmflash.data import derive_seed
 from glmflash.model.lm import GLMFlash
-from glmflash.train.rl import RLConfig, rl_tasks
+from glmflash.train.rl import rl_tasks
 from tests.bench.test_bench_smoke import bench
 
 

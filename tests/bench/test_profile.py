@@ -22,10 +22,9 @@ from glmflash.bench.profile import (
     profile_steps,
 )
 from glmflash.commands import bench as command
-from glmflash.config import PretrainConfig, model_config
+from glmflash.config import PipelinePlan, PretrainConfig, model_config
 from glmflash.model import streams
 from glmflash.model.lm import GLMFlash
-from glmflash.pipeline import PipelinePlan
 
 STEPS = 2
 

@@ -5,10 +5,10 @@ import torch
 
 from glmflash import tokenizer as tok
 from glmflash.config import model_config
+from glmflash.config.evaluation import Sampling
 from glmflash.data.code_tasks import tasks
 from glmflash.evaluate import coding
 from glmflash.evaluate.coding import EvalResult, evaluate_tasks
-from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.passk import pass_at_k
 from glmflash.model.lm import GLMFlash
 

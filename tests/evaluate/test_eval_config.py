@@ -1,7 +1,7 @@
 import pytest
 
-from glmflash.evaluate.config import EvalConfig, Sampling
-from glmflash.pipeline import PipelinePlan
+from glmflash.config import PipelinePlan
+from glmflash.config.evaluation import EvalConfig, Sampling
 
 
 def test_the_pipeline_evaluates_with_the_defaults_and_the_quick_plan_with_its_own():

@@ -8,11 +8,11 @@ import torch
 from glmflash.checkpoint import save_model
 from glmflash.cli import main
 from glmflash.config import model_config
+from glmflash.config.evaluation import Sampling
 from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
 from glmflash.evaluate import coding
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.config import Sampling
 from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, parse_rungs, rung_table, rung_tasks
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash

@@ -13,8 +13,8 @@ from glmflash import cli
 from glmflash import tokenizer as tok
 from glmflash.checkpoint import save_model
 from glmflash.config import model_config
+from glmflash.config.evaluation import Sampling
 from glmflash.evaluate import coding, user_tasks
-from glmflash.evaluate.config import Sampling
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
 

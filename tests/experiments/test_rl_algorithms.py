@@ -1,6 +1,6 @@
+from glmflash.config import RLConfig
 from glmflash.experiments import registry
 from glmflash.train.policy_gradient import ALGORITHMS
-from glmflash.train.rl import RLConfig
 
 
 def test_arms_differ_in_the_algorithm_only():

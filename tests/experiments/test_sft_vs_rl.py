@@ -6,7 +6,7 @@ import torch
 from glmflash import cli
 from glmflash.checkpoint import save_model
 from glmflash.config import model_config
-from glmflash.evaluate.config import Sampling
+from glmflash.config.evaluation import Sampling
 from glmflash.experiments import registry
 from glmflash.experiments.rl_composition import PASSK
 from glmflash.model.lm import GLMFlash

@@ -275,7 +275,7 @@ def test_exported_source_is_closed_and_flat(tmp_path, checkpoint):
         "configuration_glmflash.py",
         "modeling_glmflash.py",
         "tokenization_glmflash.py",
-        "config.py",
+        "model.py",
         "tokenizer.py",
         "attention_delta.py",
     }

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from glmflash.config import RLConfig
 from glmflash.train.policy_gradient import (
     ALGORITHMS,
     advantages,
@@ -12,7 +13,6 @@ from glmflash.train.policy_gradient import (
     k3_kl,
     policy_surrogate,
 )
-from glmflash.train.rl import RLConfig
 
 
 def test_advantages_by_hand():

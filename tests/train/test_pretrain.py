@@ -207,8 +207,8 @@ def test_two_processes_equal_one(tmp_path):
         "fp32",
         "--eval-every",
         "3",
-        "--model-option",
-        "balance_coef=0",
+        "--set",
+        "model.balance_coef=0",
         "--device",
         "cpu",
     ]
@@ -250,7 +250,7 @@ def test_two_processes_equal_one(tmp_path):
 
 
 def test_mtp_run_evaluates_and_trains_its_head(tmp_path):
-    """--model-option mtp=true: the periodic evaluation (dev loss and dev pass@1) runs, and the
+    """--set model.mtp=true: the periodic evaluation (dev loss and dev pass@1) runs, and the
     MTP head's weights move."""
     cfg = PretrainConfig(**{**FAST, "steps": 2, "eval_every": 2, "eval_tasks": 1})
     pretrain(cfg, tmp_path / "run", device="cpu", model_overrides={"mtp": True})
@@ -357,3 +357,24 @@ def test_precision_auto_is_decided_once_per_run(tmp_path, monkeypatch):
         chosen = [m["dtypes"]["autocast"] for m in runs]
         assert chosen == (["bfloat16"] * 2 if first > 1 else ["none"] * 2), name
         assert [m["start_step"] for m in runs] == [0, 2]
+
+
+def test_model_settings_are_typed_and_the_old_spelling_warns():
+    """--set model.KEY=VALUE parses through the one KEY=VALUE parser (strict booleans, the
+    field's type); --model-option KEY=VALUE still works, with a warning."""
+    from glmflash.commands.pretrain import model_overrides
+
+    got = model_overrides(
+        ["model.linear_kind=delta", "model.mtp=true", "model.sparse_window=64"], []
+    )
+    assert got == {"linear_kind": "delta", "mtp": True, "sparse_window": 64}
+    with pytest.warns(UserWarning, match="--set model.KEY=VALUE"):
+        assert model_overrides([], ["elu_conv=false"]) == {"elu_conv": False}
+    for bad, message in (
+        ("lr=1e-3", "expected model.KEY=VALUE"),
+        ("model.mtp=yes", "mtp: expected true or false"),
+        ("model.bogus=1", "unknown setting 'bogus'"),
+        ("model.d_model", "expected KEY=VALUE"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            model_overrides([bad], [])

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from glmflash import tokenizer as tok
 from glmflash.checkpoint import save_model
 from glmflash.cli import main
-from glmflash.config import model_config
+from glmflash.config import RLConfig, model_config
 from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
 from glmflash.generate import Completion, generate
@@ -21,7 +21,6 @@ from glmflash.model.lm import GLMFlash
 from glmflash.train.policy_gradient import advantages, k3_kl, policy_surrogate
 from glmflash.train.rl import (
     Learner,
-    RLConfig,
     _best_so_far,
     _evaluate_dev,
     dev_tasks,
@@ -513,6 +512,8 @@ def test_rl_tasks_mix_ladder_and_families_evenly():
         RLConfig(ladder_share=1.5)
     with pytest.raises(ValueError, match="objective"):
         RLConfig(objective="ppo")
+    with pytest.raises(ValueError, match="sampler edge needs objective rloo"):
+        RLConfig(sampler="edge", objective="sft")
 
 
 def test_sft_step_lowers_the_reference_bodies_loss():

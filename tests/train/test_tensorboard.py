@@ -77,10 +77,10 @@ def test_rl_and_vision_events_equal_their_metrics(tmp_path, monkeypatch):
     import torch
 
     from glmflash.checkpoint import save_model
-    from glmflash.config import model_config
+    from glmflash.config import RLConfig, VisionConfig, model_config
     from glmflash.model.lm import GLMFlash
-    from glmflash.train.rl import RLConfig, train_rl
-    from glmflash.train.vision import VisionConfig, train_vision
+    from glmflash.train.rl import train_rl
+    from glmflash.train.vision import train_vision
 
     torch.manual_seed(0)
     init = save_model(tmp_path / "ck", GLMFlash(model_config("tiny")))

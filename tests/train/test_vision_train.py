@@ -11,19 +11,12 @@ import torch.nn.functional as F
 from glmflash import checkpoint as ckpt
 from glmflash.cli import CLIError
 from glmflash.commands.vision import add_arguments, run
-from glmflash.config import model_config
+from glmflash.config import VisionConfig, VisionTrainError, model_config
 from glmflash.data.digits import batch
 from glmflash.model.lm import GLMFlash
 from glmflash.model.vision import VisionLanguageModel, make_tower
 from glmflash.train.optim import adamw
-from glmflash.train.vision import (
-    VisionConfig,
-    VisionTrainError,
-    build_model,
-    confusion_matrix,
-    load_vision,
-    scope_parameters,
-)
+from glmflash.train.vision import build_model, confusion_matrix, load_vision, scope_parameters
 from glmflash.train.vision import train_vision as train
 
 SMALL = dict(preset="tiny", steps=2, batch_size=4, align_steps=2, align_batch_size=4, eval_size=10)

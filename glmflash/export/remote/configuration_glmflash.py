@@ -2,7 +2,8 @@
 
 `top_k` (experts per token) is stored as `moe_top_k`: transformers takes a config's `top_k` for
 a sampling parameter, drops it on load and refuses to save it. `to_model_config` gives back the
-`ModelConfig` (of config.py copied beside this file), which validates every value.
+`ModelConfig` (glmflash/config/model.py, copied beside this file as model.py), which validates
+every value.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from .config import ModelConfig
+from .model import ModelConfig
 from .tokenizer import BOS, EOS, PAD
 
 RENAMED = {"top_k": "moe_top_k"}  # ModelConfig field -> config.json key

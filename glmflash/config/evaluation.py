@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from glmflash.flags import setting
+from glmflash.flags import check_setting_choices, setting
 
 MAX_NEW_TOKENS = 128  # evaluation budget per completion: room for step-by-step depth-3 bodies
 MODES = ("greedy", "sample")
@@ -28,8 +28,7 @@ class Sampling:
     max_new_tokens: int = setting(MAX_NEW_TOKENS, "token budget of a completion")
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be greedy or sample, got {self.mode!r}")
+        check_setting_choices(self)
         for name in ("samples", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -1,0 +1,87 @@
+"""The pipeline's plan: every stage's settings in one record (`glmflash pipeline --set
+STAGE.FIELD=VALUE`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from glmflash.config.evaluation import EvalConfig, Sampling
+from glmflash.config.pretrain import PretrainConfig
+from glmflash.config.rl import RLConfig
+from glmflash.config.vision import VisionConfig
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """The budget of every stage. `full()` is the 25m plan; `quick()` the tiny smoke run; any
+    setting of either can be changed with `with_setting` (glmflash pipeline --set)."""
+
+    pretrain: PretrainConfig
+    rl: RLConfig
+    vision: VisionConfig = VisionConfig()  # glmflash vision's defaults are the pipeline's
+    evaluation: EvalConfig = EvalConfig()  # the confirm evaluation before and after RL
+
+    @classmethod
+    def full(cls, seed: int) -> PipelinePlan:
+        return cls(
+            PretrainConfig(
+                preset="25m",
+                steps=800,  # the fewest that clear the competence bar on two seeds (competence)
+                batch_size=32,
+                seq_len=128,
+                lr=4e-3,  # the screen of levers: results/competence/screen.md
+                schedule="wsd",  # the harness's schedule (results/competence)
+                row_start="document",  # every body with its comment (results/competence)
+                warmup=10,
+                eval_every=100,
+                ckpt_every=100,
+                keep_checkpoints=3,
+                eval_tasks=0,
+                seed=seed,
+                optimizer="muon",
+                precision="auto",  # bf16 where it is fast (results/precision/bf16_curves.json)
+            ),
+            RLConfig(seed=seed),
+        )  # glmflash rl's defaults are the pipeline's RL stage
+
+    @classmethod
+    def quick(cls, seed: int) -> PipelinePlan:
+        return cls(
+            PretrainConfig(
+                preset="tiny",
+                steps=6,
+                batch_size=4,
+                seq_len=64,
+                warmup=2,
+                eval_every=3,
+                ckpt_every=3,
+                eval_batches=1,
+                keep_checkpoints=2,
+                eval_tasks=0,
+                seed=seed,
+                optimizer="muon",
+            ),
+            RLConfig(
+                groups=2,
+                group_size=4,
+                tasks_per_step=2,
+                seed=seed,
+                eval_every=2,
+                dev_per_family=1,
+                max_new_tokens=12,
+            ),
+            VisionConfig(steps=3, align_steps=3, eval_size=20),
+            EvalConfig(per_family=1, per_rung=2, sampling=Sampling("sample", 2, max_new_tokens=12)),
+        )
+
+    @property
+    def preset(self) -> str:
+        return self.pretrain.preset
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+__all__ = ["PipelinePlan"]
