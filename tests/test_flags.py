@@ -182,3 +182,13 @@ def test_changed_settings_against_a_record():
     assert changed_settings(saved, now) == ["rl.new", "rl.old"]
     assert changed_settings(saved, saved) == []
     assert changed_settings({"a": {"b": 1}}, {"a": {"b": 2}, "c": 3}) == ["a.b", "c"]
+
+
+def test_experiment_settings_split_like_every_setting_and_read_json():
+    from glmflash.commands.experiment import parse_settings
+
+    got = parse_settings(["init=runs/x", "groups = 24", "families=[\"double\"]", "on=true"])
+    assert got == {"init": "runs/x", "groups": 24, "families": ["double"], "on": True}
+    for bad in ("groups", "=3"):
+        with pytest.raises(ValueError, match="bad --set: expected KEY=VALUE"):
+            parse_settings([bad])

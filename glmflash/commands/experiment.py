@@ -12,6 +12,7 @@ from glmflash.errors import CLIError
 from glmflash.experiments import registry
 from glmflash.experiments.report import ReportError, write_report
 from glmflash.experiments.runner import RunnerError, run_experiment
+from glmflash.flags import split_setting
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -29,17 +30,20 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 
 def parse_settings(items: list[str]) -> dict[str, Any]:
-    """['init=runs/x', 'groups=24'] -> {'init': 'runs/x', 'groups': 24}: each value is read as
-    JSON when it parses (numbers, true, null, lists), as a plain string otherwise."""
+    """['init=runs/x', 'groups=24'] -> {'init': 'runs/x', 'groups': 24}, split as every
+    KEY=VALUE is (`flags.split_setting`). An experiment's conditions are plain dicts, not typed
+    configs, so each value is read as JSON when it parses (numbers, true, null, lists), as a
+    plain string otherwise; the condition's own code validates it."""
     settings: dict[str, Any] = {}
     for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"bad --set {item!r}: expected KEY=VALUE")
         try:
-            settings[key.strip()] = json.loads(text)
+            key, text = split_setting(item)
+        except ValueError as e:
+            raise ValueError(f"bad --set: {e}") from None
+        try:
+            settings[key] = json.loads(text)
         except json.JSONDecodeError:
-            settings[key.strip()] = text
+            settings[key] = text
     return settings
 
 
