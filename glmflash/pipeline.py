@@ -68,10 +68,10 @@ StageWork = Callable[..., Any]  # Pipeline.<stage>(pipeline, folder, *args) -> a
 class Pipeline:
     """Runs the plan's stages into `out`. With `fresh_processes` (the default) each stage runs
     in a new Python process: a process that has trained in bf16 runs fp32 work afterwards
-    more slowly (1.14x for a vision run, results/profile/after_bf16.py; the cause, below
-    PyTorch, is not pinned down; the whole pipeline 858 s against 918 s in one process), and a
-    stage's memory goes back to the system when it ends. Off, every stage runs in this process
-    (for a debugger or a profiler, and for tests that patch the stages)."""
+    more slowly (results/profile/after_bf16.py measures it on a vision run; the cause, below
+    PyTorch, is not pinned down; results/pipeline_one_process holds the whole pipeline in one
+    process), and a stage's memory goes back to the system when it ends. Off, every stage runs
+    in this process (for a debugger or a profiler, and for tests that patch the stages)."""
 
     def __init__(
         self,

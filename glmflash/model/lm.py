@@ -252,8 +252,8 @@ class GLMFlash(nn.Module):
         """Consume tokens [B, t] after `state` (None: an empty prefix); return the logits of
         these t positions [B, t, V] and the state after them. Prefill is one call with the
         whole prompt; each decoding step is a call with t = 1. In inference mode, which skips
-        autograd's per-op bookkeeping (a decoding step 1.07-1.21x faster:
-        results/profile/decode_step.py); what it caches for
+        autograd's per-op bookkeeping (a faster decoding step: results/profile/decode_step.py
+        measures it); what it caches for
         later calls (RoPE tables, sparse masks) is built as ordinary tensors, since training
         uses it too."""
         out = self.forward_embeddings(self.embedding(tokens), state)

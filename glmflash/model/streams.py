@@ -87,9 +87,9 @@ class MixWrite(torch.autograd.Function):
         dH = M^T G     dM = G H^T     dy = h_post^T G     dh_post = G y
 
     four batched matmuls that each read G once. Autograd's backward of the same sum written as
-    S multiply-adds makes two passes over [N, S, C] per stream: about 5x slower on CPU
-    (results/profile/stream_write.py), where these memory-bound passes were the largest part of
-    a train step."""
+    S multiply-adds makes two passes over [N, S, C] per stream, several times slower on CPU
+    (measured by results/profile/stream_write.py), where these memory-bound passes were the
+    largest part of a train step."""
 
     @staticmethod
     def forward(ctx: Any, h: Tensor, y: Tensor, mix: Tensor, post: Tensor) -> Tensor:
@@ -116,8 +116,8 @@ def mix_write(h: Tensor, y: Tensor, mix: Tensor, post: Tensor) -> Tensor:
     (M [..., S, S], h_post [..., S]) or shared by all (M [S, S], h_post [S]); in the streams'
     precision, never bf16 under autocast. Where no gradient is recorded (decoding) the
     forward runs without the autograd Function: its call costs more than the few ops it wraps
-    on a decoding step's handful of rows (this and `normed_projection`: 0.8 ms of a 16.4 ms
-    step at one row, 1.3 ms of 28.9 at 16; results/profile/decode_step.py)."""
+    on a decoding step's handful of rows (measured with `normed_projection` by
+    results/profile/decode_step.py)."""
     S, C = h.shape[-2:]
     with torch.autocast(h.device.type, enabled=False):
         mix = mix.to(h.dtype).expand(*h.shape[:-2], S, S).reshape(-1, S, S).contiguous()
