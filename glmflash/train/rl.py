@@ -335,11 +335,17 @@ def edge_pool(learner: Learner, pool: list[CodeTask], start: int) -> EdgePool:
     return EdgePool(pool, sampler)
 
 
+def verify_rows(owners: list[CodeTask], completions: list[Completion]) -> list[Any]:
+    """The verdict of each completion as the body of its row's task."""
+    from glmflash.verify import verify_many
+
+    sources = [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)]
+    return verify_many(sources, [t.task for t in owners])
+
+
 def probe(learner: Learner, pool: list[CodeTask], path: Path) -> None:
     """cfg.edge_probe samples of every task of `pool` by the initial policy, verified and
     written to `path`: the edge sampler's first pass counts."""
-    from glmflash.verify import verify_many
-
     cfg = learner.cfg
     owners = [t for t in pool for _ in range(cfg.edge_probe)]
     completions = generate(
@@ -350,10 +356,7 @@ def probe(learner: Learner, pool: list[CodeTask], path: Path) -> None:
         top_p=cfg.top_p,
         seed=derive_seed("probe", cfg.seed),
     )
-    verdicts = verify_many(
-        [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)],
-        [t.task for t in owners],
-    )
+    verdicts = verify_rows(owners, completions)
     rows = [
         {"task": t.name, "family": t.family, "completion": c.text, "status": v.status}
         for t, c, v in zip(owners, completions, verdicts, strict=True)
@@ -449,17 +452,12 @@ class Rollouts(NamedTuple):
 
 def roll_out(learner: Learner, batch: list[CodeTask], g0: int, attempt: int = 0) -> Rollouts:
     """Sample cfg.group_size completions of each task of `batch`, verify and reward them."""
-    from glmflash.verify import verify_many
-
     cfg = learner.cfg
     owners = [task for task in batch for _ in range(cfg.group_size)]
     t0 = time.perf_counter()
     completions = sample_rollouts(learner.model, batch, g0, cfg, attempt=attempt)
     t1 = time.perf_counter()
-    verdicts = verify_many(
-        [completion_source(t, c.text) for t, c in zip(owners, completions, strict=True)],
-        [t.task for t in owners],
-    )
+    verdicts = verify_rows(owners, completions)
     t2 = time.perf_counter()
     rewards = torch.tensor([reward_of(v, cfg) for v in verdicts], dtype=torch.float64)
     return Rollouts(owners, completions, verdicts, rewards.view(len(batch), -1), t1 - t0, t2 - t1)
