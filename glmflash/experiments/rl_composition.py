@@ -8,6 +8,7 @@ checkpoint with headroom (`--set init=DIR`: the pipeline's, or the budget curve'
 trains on the pipeline RL stage's tasks (the ladder's RL structures and three seed families)
 for the same number of groups:
 
+    base      the checkpoint itself, untrained: what every gain is measured from
     stage     the pipeline's RL stage: tasks in order, last block and head, lr 1e-4
     edge      tasks drawn at the edge of competence (task_sampler), groups without reward
               spread dropped and redrawn (DAPO's dynamic sampling)
@@ -26,8 +27,8 @@ checkpoint itself and the arm after training (edge_all unless --set says otherwi
 samples of 16 tasks per rung, pass@k at every k up to 64 (`evaluate.pass_curve`).
 
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
-on the last block and head at the stage's rate, on the dev split, three seeds; its
-`rollouts_per_s` says what training the whole model costs.
+on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
+split; its `rollouts_per_s` says what training the whole model costs.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ EXPERIMENT = register(
             "ladder rung, the primary metric the mean of the unseen rungs."
         ),
         conditions={
+            "base": {**BASE, "train": False},
             "stage": BASE,
             "edge": {**BASE, **EDGE},
             "edge_all": {**BASE, **EDGE, **ALL},
@@ -91,7 +93,13 @@ EXPERIMENT = register(
         run=run,
         metric="unseen",
         secondary=SECONDARY,
-        comparisons=[("stage", "edge"), ("stage", "edge_all"), ("rft", "edge_all")],
+        comparisons=[
+            ("base", "stage"),
+            ("base", "edge_all"),
+            ("stage", "edge"),
+            ("stage", "edge_all"),
+            ("rft", "edge_all"),
+        ],
         quick=QUICK,
         quick_seeds=(1, 2),
     )
@@ -105,17 +113,21 @@ LR_SWEEP = register(
             "block and head at 1e-4, from one checkpoint (--set init=CKPT); dev split."
         ),
         conditions={
+            "base": {**BASE, "split": "dev", "train": False},
             "head_1e-4": {**BASE, **EDGE, "split": "dev"},
             **{
                 f"all_{lr:.0e}": {**BASE, **EDGE, "scope": "all", "lr": lr, "split": "dev"}
                 for lr in (1e-5, 3e-5, 1e-4)
             },
         },
-        seeds=(1, 2, 3),
+        seeds=(1, 2),  # a screen: the composition study confirms with 8
         run=run,
         metric="unseen",
         secondary=SECONDARY,
-        comparisons=[("head_1e-4", f"all_{lr:.0e}") for lr in (1e-5, 3e-5, 1e-4)],
+        comparisons=[
+            ("base", "head_1e-4"),
+            *[("head_1e-4", f"all_{lr:.0e}") for lr in (1e-5, 3e-5, 1e-4)],
+        ],
         quick=QUICK,
         quick_seeds=(1,),
     )

@@ -5,9 +5,9 @@
 # stopped.
 #   bash results/rl_edge/run.sh [scope-lr|composition|passk] ...
 # 1. scope-lr: the edge sampler on the whole model at lr 1e-5, 3e-5, 1e-4 and on the last
-#    block and head at 1e-4, dev split, seeds 1-2 (a screen); sets ALL_LR in
-#    glmflash/experiments/rl_composition.py by hand from its report.
-# 2. composition: the four arms, 8 paired seeds, the confirm split opened once.
+#    block and head at 1e-4, and the untrained checkpoint, dev split, seeds 1-2 (a screen);
+#    its report sets ALL_LR in glmflash/experiments/rl_composition.py (by hand).
+# 2. composition: the checkpoint and four arms, 8 paired seeds, the confirm split opened once.
 # 3. passk: pass@k for k = 1..64 of the checkpoint and of the winning arm, 16 tasks per rung.
 set -euo pipefail
 PIPELINE=${PIPELINE:-runs/pipeline}
@@ -16,12 +16,7 @@ OUT=results/rl_edge
 studies=("$@")
 [ ${#studies[@]} -eq 0 ] && studies=(scope-lr composition passk)
 for study in "${studies[@]}"; do
-    case $study in
-        scope-lr) seeds=1,2 ;;
-        *) seeds= ;;
-    esac
     resume=
     [ -d "$OUT/rl-$study/runs" ] && resume=--resume
-    glmflash experiment "rl-$study" --out "$OUT" --workers 2 --set "init=$CKPT" \
-        ${seeds:+--seeds $seeds} $resume
+    glmflash experiment "rl-$study" --out "$OUT" --workers 2 --set "init=$CKPT" $resume
 done

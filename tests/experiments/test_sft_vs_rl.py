@@ -22,7 +22,7 @@ def test_arms_differ_in_the_objective_only():
 
 @pytest.mark.parametrize(
     "name, arms",
-    [("sft-vs-rl", 2), ("rl-algorithms", 4), ("rl-composition", 4), ("rl-passk", 2)],
+    [("sft-vs-rl", 2), ("rl-algorithms", 4), ("rl-composition", 5), ("rl-passk", 2)],
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
     """The ladder experiments (they share rl_arm) on the tiny model, one seed."""
@@ -120,6 +120,7 @@ def test_composition_arms_differ_in_what_they_name():
     def diff(a, b):
         return {k for k in c[a] if c[a][k] != c[b].get(k)} | set(c[b]) - set(c[a])
 
+    assert diff("base", "stage") == {"train"} and c["base"]["train"] is False
     assert diff("stage", "edge") == {"sampler", "edge_probe"}
     assert diff("edge", "edge_all") == {"scope", "lr"}
     assert diff("edge_all", "rft") == {"sampler", "edge_probe", "advantage"}
@@ -129,3 +130,4 @@ def test_composition_arms_differ_in_what_they_name():
     sweep = registry.get("rl-scope-lr").conditions
     assert {v["split"] for v in sweep.values()} == {"dev"}
     assert sorted(v["lr"] for v in sweep.values() if v["scope"] == "all") == [1e-5, 3e-5, 1e-4]
+    assert sweep["base"]["train"] is False
