@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from glmflash.config import LADDER_CONSTANTS
+from glmflash.config.pretrain import LADDER_CONSTANTS
 from glmflash.data import rng_for
 from glmflash.data.code_tasks import (
     ARG_NAMES,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from glmflash.config import CORPORA, ROW_STARTS
+from glmflash.config.pretrain import CORPORA, ROW_STARTS
 from glmflash.data import code_tasks, compositions, ladder, rng_for, stdlib
 from glmflash.tokenizer import encode
 
