@@ -47,7 +47,7 @@ RUNGS = (
     "seed_neutral_names",
     "seed_misleading_names",
 )
-ALL_LR = 3e-5  # whole-model learning rate: rl-scope-lr's choice on dev
+ALL_LR = 3e-5  # whole-model learning rate: rl-scope-lr's choice on dev (results/rl_edge)
 BASE: dict[str, Any] = {
     "init": None,
     "families": ["increment", "double", "even"],
