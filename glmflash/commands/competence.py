@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from glmflash.commands.pretrain import model_overrides
+from glmflash.commands.pretrain import add_model_option_alias, model_overrides
 from glmflash.config import ConfigError, PipelinePlan
 from glmflash.errors import CLIError
 from glmflash.experiments.competence import TABLE, measure, plot_table, update_table
@@ -33,13 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a pretraining setting changed from the pipeline's plan, e.g. lr=4e-3, or a model "
         "option changed from the preset, e.g. model.linear_kind=delta",
     )
-    p.add_argument(
-        "--model-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the older spelling of --set model.KEY=VALUE",
-    )
+    add_model_option_alias(p)
     p.add_argument("--per-rung", type=int, default=32, help="dev tasks per rung")
 
 

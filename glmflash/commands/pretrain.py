@@ -31,15 +31,8 @@ def model_overrides(settings: list[str], model_options: list[str]) -> dict[str, 
     return {key: field_value(ModelConfig, key, value) for key, value in items}
 
 
-def add_model_settings(p: argparse.ArgumentParser) -> None:
-    """--set model.KEY=VALUE, and --model-option KEY=VALUE, its older spelling."""
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="model.KEY=VALUE",
-        help="a model option changed from the preset, e.g. --set model.linear_kind=delta",
-    )
+def add_model_option_alias(p: argparse.ArgumentParser) -> None:
+    """--model-option KEY=VALUE, the older spelling of --set model.KEY=VALUE."""
     p.add_argument(
         "--model-option",
         action="append",
@@ -53,7 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run folder (checkpoints, metrics, plots)")
     add_config_flags(p, PretrainConfig)
     p.add_argument("--device", default="auto", help="auto | cpu | mps | cuda")
-    add_model_settings(p)
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="model.KEY=VALUE",
+        help="a model option changed from the preset, e.g. --set model.linear_kind=delta",
+    )
+    add_model_option_alias(p)
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its latest checkpoint"
     )
