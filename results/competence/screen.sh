@@ -8,8 +8,10 @@
 set -euo pipefail
 out=${1:-runs/screen}
 shift || true
-# Rows named doc+X change lever X on top of row_start=document, the first clear winner.
+# Rows named doc+X change lever X on top of row_start=document, the first clear winner; rows
+# named pipe+X on top of the pipeline's recipe (row_start=document, lr 4e-3).
 D="--row-start document"
+P="$D --lr 4e-3"
 declare -A LEVERS=(
     [baseline]=""
     [row_start_document]="$D"
@@ -23,10 +25,19 @@ declare -A LEVERS=(
     [doc+mtp]="$D --set model.mtp=true"
     [doc+indexer]="$D --set model.sparse_kind=indexer"
     [doc+delta]="$D --set model.linear_kind=delta"
+    # on top of the pipeline's recipe (row start at a document, lr 4e-3; its row: doc+lr4e-3)
+    [pipe+delta]="$P --set model.linear_kind=delta"
+    [pipe+window64]="$P --set model.sparse_window=64"
+    [pipe+indexer]="$P --set model.sparse_kind=indexer"
+    [pipe+lr8e-3]="$P --lr 8e-3"
+    [pipe+warmup40]="$P --warmup 40"
+    [pipe+batch64]="$P --batch-size 64 --steps 80"
+    [pipe+mtp]="$P --set model.mtp=true"
 )
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(baseline row_start_document doc+lr4e-3 doc+elu_conv
-    doc+wide_constants doc+window128 doc+lr8e-3 doc+batch16 doc+mtp doc+indexer doc+delta)
+    doc+wide_constants doc+window128 pipe+delta pipe+window64 pipe+indexer pipe+lr8e-3
+    pipe+warmup40 pipe+batch64 pipe+mtp)
 for name in "${names[@]}"; do
     run="$out/$name"
     [ -f "$run/eval.json" ] && continue
