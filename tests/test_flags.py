@@ -187,7 +187,7 @@ def test_changed_settings_against_a_record():
 def test_experiment_settings_split_like_every_setting_and_read_json():
     from glmflash.commands.experiment import parse_settings
 
-    got = parse_settings(["init=runs/x", "groups = 24", "families=[\"double\"]", "on=true"])
+    got = parse_settings(["init=runs/x", "groups = 24", 'families=["double"]', "on=true"])
     assert got == {"init": "runs/x", "groups": 24, "families": ["double"], "on": True}
     for bad in ("groups", "=3"):
         with pytest.raises(ValueError, match="bad --set: expected KEY=VALUE"):

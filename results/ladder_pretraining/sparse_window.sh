@@ -8,6 +8,6 @@ set -euo pipefail
 out=${1:-runs/sparse_window_128}
 glmflash pretrain --preset 25m --out "$out/run" --steps 160 --batch-size 32 --seq-len 128 \
     --lr 2e-3 --warmup 10 --eval-every 40 --ckpt-every 40 --keep-checkpoints 3 --eval-tasks 0 \
-    --seed 0 --optimizer muon --corpus tasks --model-option sparse_window=128
+    --seed 0 --optimizer muon --corpus tasks --set model.sparse_window=128
 glmflash eval --checkpoint "$out/run/checkpoints/step_000160" --rungs all --per-rung 32 \
     --split confirm --out "$out/eval.json"

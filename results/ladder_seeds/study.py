@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from glmflash.train.rl import RLConfig
+from glmflash.config import RLConfig
 from glmflash.verify.rewards import REWARD_MODES
 
 HERE = Path(__file__).parent
@@ -60,7 +60,7 @@ def one_seed(
     """RL with `seed` (resuming an interrupted run), then the confirm evaluation."""
     import torch
 
-    from glmflash.train.rl import RLConfig, train_rl
+    from glmflash.train.rl import train_rl
 
     if threads:
         torch.set_num_threads(threads)
@@ -105,7 +105,7 @@ def summarise(
 def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[str, Any]:
     """rung -> {label: [pass@k for k = 1..64]}, 64 samples per task at temperature 0.8."""
     from glmflash.checkpoint import load_model
-    from glmflash.evaluate.config import Sampling
+    from glmflash.config import Sampling
     from glmflash.evaluate.passk import mean_pass_at_k
     from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
 

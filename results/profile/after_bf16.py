@@ -45,7 +45,8 @@ def warm_up(case: str) -> None:
 
 def one_case(case: str, checkpoint: str) -> dict:
     """Run in a child interpreter: the case's warm-up, then the vision run, timed."""
-    from glmflash.train.vision import VisionConfig, train_vision
+    from glmflash.config import VisionConfig
+    from glmflash.train.vision import train_vision
 
     warm_up(case)
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -16,9 +16,10 @@ import torch
 
 import glmflash.generate as gen
 from glmflash.checkpoint import load_model
+from glmflash.config import RLConfig
 from glmflash.data import derive_seed
 from glmflash.machine import machine_record
-from glmflash.train.rl import RLConfig, rl_tasks
+from glmflash.train.rl import rl_tasks
 
 cfg = RLConfig()
 model, _ = load_model(sys.argv[1])

@@ -7,9 +7,9 @@ Run: .venv/bin/python results/rl_seeds/sampling_noise.py > results/rl_seeds/samp
 from dataclasses import replace
 
 from glmflash.checkpoint import load_model
+from glmflash.config import PipelinePlan
 from glmflash.data.code_tasks import FAMILIES, tasks
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.pipeline import PipelinePlan
 
 plan = PipelinePlan.full(0)
 model, _ = load_model("runs/pipeline/pretrain/run/checkpoints/step_000160", "cpu")
