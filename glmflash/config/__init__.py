@@ -10,7 +10,7 @@ with `flags.setting` (its help and allowed values beside its default), validated
 """
 
 from glmflash.config.evaluation import GREEDY, MAX_NEW_TOKENS, EvalConfig, Sampling
-from glmflash.config.model import PRESETS, ConfigError, ModelConfig, check_choices, model_config
+from glmflash.config.model import PRESETS, ConfigError, ModelConfig, model_config
 from glmflash.config.plan import PipelinePlan
 from glmflash.config.pretrain import (
     CORPORA,
@@ -41,6 +41,5 @@ __all__ = [
     "Sampling",
     "VisionConfig",
     "VisionTrainError",
-    "check_choices",
     "model_config",
 ]

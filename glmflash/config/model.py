@@ -175,4 +175,4 @@ def model_config(preset: str = "25m", **overrides: Any) -> ModelConfig:
     return ModelConfig.from_dict({**PRESETS[preset], **overrides})
 
 
-__all__ = ["ConfigError", "ModelConfig", "PRESETS", "check_choices", "model_config"]
+__all__ = ["ConfigError", "ModelConfig", "PRESETS", "model_config"]

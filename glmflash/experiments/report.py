@@ -123,18 +123,18 @@ def summarize(folder: Path, alpha: float = ALPHA) -> dict[str, Any]:
 
 
 def pass_curves(runs: list[dict[str, Any]], comparisons: list[list[str]]) -> dict[str, Any]:
-    """ "A_vs_B" -> rung -> pass@k gains of B over A at every k, for the comparisons whose runs
-    sampled pass@k (an RL arm's `passk`; `evaluate.pass_curve`)."""
+    """ "A_vs_B" -> {"a": A, "b": B, "rungs": rung -> pass@k gains of B over A at every k}, for
+    the comparisons whose runs sampled pass@k (an RL arm's `passk`; `evaluate.pass_curve`)."""
     out = {}
     for a, b in comparisons:
         table = pass_curve.compare_runs(runs, a, b)
         if table is not None:
-            out[f"{a}_vs_{b}"] = table
+            out[f"{a}_vs_{b}"] = {"a": a, "b": b, "rungs": table}
     return out
 
 
-def _pass_curve_lines(name: str, table: dict[str, Any]) -> list[str]:
-    a, b = name.split("_vs_")
+def _pass_curve_lines(entry: dict[str, Any]) -> list[str]:
+    a, b, table = entry["a"], entry["b"], entry["rungs"]
     lines = [
         f"## pass@k: `{b}` against `{a}`",
         "",
@@ -271,8 +271,8 @@ def markdown(summary: dict[str, Any], plots: list[str]) -> str:
         lines += [f"## Comparisons of `{m}` (secondary)", ""]
         lines += _comparison_table(summary["comparisons"][m])
         lines += ["", verdict(summary["comparisons"][m], m, alpha), ""]
-    for name, table in summary.get("pass_curves", {}).items():
-        lines += _pass_curve_lines(name, table)
+    for entry in summary.get("pass_curves", {}).values():
+        lines += _pass_curve_lines(entry)
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     if summary["failed"]:
@@ -388,9 +388,8 @@ def write_report(folder: str | Path, alpha: float = ALPHA) -> Path:
         plots.append("paired.png")
     if plot_forest(rows, metric, folder / "forest.png"):
         plots.append("forest.png")
-    for name, table in summary["pass_curves"].items():
-        a, b = name.split("_vs_")
-        pass_curve.plot(table, a, b, folder / f"passk_{name}.png")
+    for name, entry in summary["pass_curves"].items():
+        pass_curve.plot(entry["rungs"], entry["a"], entry["b"], folder / f"passk_{name}.png")
         plots.append(f"passk_{name}.png")
     write_json_atomic(folder / "results.json", summary)
     path = folder / "report.md"

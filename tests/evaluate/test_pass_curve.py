@@ -91,7 +91,9 @@ def test_report_writes_the_pass_curves_of_a_comparison(tmp_path):
     run_experiment(exp, tmp_path, log=lambda _: None)
     text = report.write_report(tmp_path / "p").read_text()
     results = json.loads((tmp_path / "p" / "results.json").read_text())
-    table = results["pass_curves"]["base_vs_after"]
+    entry = results["pass_curves"]["base_vs_after"]
+    assert (entry["a"], entry["b"]) == ("base", "after")
+    table = entry["rungs"]
     assert table["rl_only"]["reading"].startswith("new solutions")
     assert table["unseen_depth2"]["reading"].startswith("sharpening")
     first = table["unseen_depth2"]["rows"][0]
