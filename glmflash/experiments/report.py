@@ -12,6 +12,10 @@ For every folder DIR/NAME written by `glmflash experiment` (or DIR itself, if it
     forest.png    each comparison's difference with its interval
     passk_A_vs_B.png  pass@k against k per rung, where the runs sampled it (an RL arm's passk)
 
+Where the runs kept each task's greedy outcome per ladder rung (the RL arms), each comparison
+also gets a table per rung: the gain with a hierarchical bootstrap interval (seeds, then tasks)
+and Holm's adjustment over the rungs.
+
 Only seeds finished in both arms of a comparison enter it. Holm's correction is applied
 within each metric, over that metric's comparisons; the primary metric is the one that decides.
 """
@@ -109,6 +113,7 @@ def summarize(folder: Path, alpha: float = ALPHA) -> dict[str, Any]:
         },
         "comparisons": {m: compare_all(runs, definition["comparisons"], m) for m in metrics},
         "pass_curves": pass_curves(runs, definition["comparisons"]),
+        "rungs": rung_comparisons(runs, definition["comparisons"]),
         "runs_ok": len(runs),
         "failed": [
             {"condition": r["condition"], "seed": r["seed"], "error": r.get("error")}
@@ -120,6 +125,79 @@ def summarize(folder: Path, alpha: float = ALPHA) -> dict[str, Any]:
             "sessions": sessions,
         },
     }
+
+
+def rung_comparisons(
+    runs: list[dict[str, Any]], comparisons: list[list[str]]
+) -> dict[str, dict[str, Any]]:
+    """ "A_vs_B" -> {"a", "b", "rows"}: for the comparisons whose runs kept each task's greedy
+    outcome (`greedy_passes`, rung -> 0/1 per task, the same tasks in every run), one row per
+    rung: the means of a and b over the paired seeds, the gain b - a with a hierarchical
+    bootstrap interval (seeds, then tasks: `pass_curve.gains` at k = 1 of one sample), the
+    sign-flip p of the seeds' rates, and Holm's adjustment over the rungs of the comparison."""
+    out = {}
+    for a, b in comparisons:
+        by = {
+            c: {
+                r["seed"]: r["metrics"]["greedy_passes"]
+                for r in runs
+                if r["condition"] == c and "greedy_passes" in r["metrics"]
+            }
+            for c in (a, b)
+        }
+        seeds = sorted(set(by[a]) & set(by[b]))
+        if not seeds:
+            continue
+        rows = []
+        for rung in by[a][seeds[0]]:
+            before = {s: by[a][s][rung] for s in seeds}
+            after = {s: by[b][s][rung] for s in seeds}
+            (gain,) = pass_curve.gains(1, before, after, [1])
+            rates = [[float(np.mean(x[s])) for s in seeds] for x in (before, after)]
+            rows.append(
+                {
+                    "rung": rung,
+                    "n": len(seeds),
+                    "tasks": len(before[seeds[0]]),
+                    "mean_a": gain["base"],
+                    "mean_b": gain["after"],
+                    "difference": gain["gain"],
+                    "low": gain["low"],
+                    "high": gain["high"],
+                    "p": stats.sign_flip_test(*rates),
+                    "seeds_agree": stats.seeds_agree(*rates)[0],
+                }
+            )
+        for row, adjusted in zip(rows, stats.holm([r["p"] for r in rows]), strict=True):
+            row["p_holm"] = adjusted
+        out[f"{a}_vs_{b}"] = {"a": a, "b": b, "rows": rows}
+    return out
+
+
+def _rung_lines(entry: dict[str, Any], alpha: float) -> list[str]:
+    rows = entry["rows"]
+    lines = [
+        f"## Per rung: `{entry['b']}` against `{entry['a']}`",
+        "",
+        "| rung | seeds x tasks | mean a | mean b | gain b - a [95% CI, seeds then tasks] "
+        "| p (sign-flip) | p (Holm over rungs) | seeds agree |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['rung']} | {r['n']} x {r['tasks']} | {_num(r['mean_a'])} | "
+            f"{_num(r['mean_b'])} | {r['difference']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}] "
+            f"| {_p(r['p'])} | {_p(r['p_holm'])} | {r['seeds_agree']}/{r['n']} |"
+        )
+    held = [r["rung"] for r in rows if r["p_holm"] <= alpha]
+    return [
+        *lines,
+        "",
+        f"Significant after Holm over {len(rows)} rungs: {', '.join(held) or 'none'}. The "
+        "interval resamples seeds, then each seed's tasks (greedy pass@1 on the same tasks in "
+        "every run); p tests the seeds' rates.",
+        "",
+    ]
 
 
 def pass_curves(runs: list[dict[str, Any]], comparisons: list[list[str]]) -> dict[str, Any]:
@@ -271,6 +349,8 @@ def markdown(summary: dict[str, Any], plots: list[str]) -> str:
         lines += [f"## Comparisons of `{m}` (secondary)", ""]
         lines += _comparison_table(summary["comparisons"][m])
         lines += ["", verdict(summary["comparisons"][m], m, alpha), ""]
+    for entry in summary.get("rungs", {}).values():
+        lines += _rung_lines(entry, alpha)
     for entry in summary.get("pass_curves", {}).values():
         lines += _pass_curve_lines(entry)
     if plots:

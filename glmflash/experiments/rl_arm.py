@@ -75,7 +75,13 @@ def train_and_evaluate(config: dict[str, Any], seed: int, rungs: Sequence[str]) 
     train_seconds = time.perf_counter() - t0
     greedy = evaluate_rungs(model, rungs, split, per_rung, Sampling(seed=EVAL_SEED))["greedy"]
     out: dict[str, Any] = {r: k / n for r, (k, n) in greedy.per_family.items()}
+    # each task's greedy outcome, in the order the rung drew its tasks (the same tasks for
+    # every arm and seed): the report's per-rung intervals resample seeds, then tasks
+    out["greedy_passes"] = {r: [] for r in greedy.per_family}
+    for record in greedy.records:
+        out["greedy_passes"][record["group"]].append(int(record["status"] == "pass"))
     out["train_seconds"] = train_seconds
+    out["init_sha256"] = ckpt.read_config(init)[1].get("sha256")  # which weights: paths repeat
     out["rollouts_per_s"] = rows[-1].get("rollouts_per_s") if rows else None
     if passk:
         out["passk_samples"] = passk["samples"]

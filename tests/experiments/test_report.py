@@ -133,3 +133,49 @@ def test_report_command_finds_every_experiment_folder(tmp_path, capsys):
     assert str(tmp_path / "t" / "report.md") in capsys.readouterr().out
     with pytest.raises(CLIError, match="no experiment"):
         command.run(parser.parse_args([str(tmp_path / "t" / "runs")]))
+
+
+def passes_run(config: dict, seed: int) -> dict:
+    """Per-task greedy outcomes read from the configuration, as the ladder arms record them."""
+    passes = {rung: table[seed - 1] for rung, table in config["passes"].items()}
+    return {"score": float(np.mean(passes["x"])), "greedy_passes": passes}
+
+
+def test_per_rung_gains_resample_tasks_and_holm_runs_over_rungs(tmp_path):
+    """Rung x rises in every seed, rung y does not move: the per-rung table's means, its
+    sign-flip p against brute force, Holm's adjustment over the two rungs, and an interval
+    that resamples tasks (wider than the seeds alone give when seeds agree)."""
+    seeds = range(1, 8)
+    rng = np.random.default_rng(0)
+    base = {s: [0, 0, 1, 0, 0, 0, 1, 0] for s in seeds}
+    trained = {s: [int(v) for v in rng.random(8) < 0.6] for s in seeds}
+    for s in seeds:  # every seed gains at least one task
+        trained[s][0] = 1
+    exp = Experiment(
+        name="t",
+        seeds=tuple(seeds),
+        run=passes_run,
+        metric="score",
+        comparisons=[("a", "b")],
+        conditions={
+            "a": {"passes": {"x": list(base.values()), "y": list(base.values())}},
+            "b": {"passes": {"x": list(trained.values()), "y": list(base.values())}},
+        },
+    )
+    run_experiment(exp, tmp_path, log=lambda _: None)
+    summary = report.summarize(tmp_path / "t")
+    x, y = summary["rungs"]["a_vs_b"]["rows"]
+    assert (x["rung"], y["rung"], x["n"], x["tasks"]) == ("x", "y", 7, 8)
+    rate_a = [np.mean(base[s]) for s in seeds]
+    rate_b = [np.mean(trained[s]) for s in seeds]
+    assert x["mean_a"] == pytest.approx(np.mean(rate_a))
+    assert x["difference"] == pytest.approx(np.mean(rate_b) - np.mean(rate_a))
+    assert x["p"] == pytest.approx(brute_force_p(np.subtract(rate_b, rate_a)))
+    assert (y["difference"], y["p"], y["p_holm"]) == (0.0, 1.0, 1.0)
+    assert x["p_holm"] == pytest.approx(min(1.0, 2 * x["p"]))
+    seeds_only = report.stats.bootstrap_mean(np.subtract(rate_b, rate_a))
+    assert 0 < x["low"] < x["difference"] < x["high"]
+    assert x["high"] - x["low"] > seeds_only.high - seeds_only.low  # tasks resampled too
+    text = report.markdown(summary, [])
+    assert "## Per rung: `b` against `a`" in text
+    assert "Significant after Holm over 2 rungs: x." in text

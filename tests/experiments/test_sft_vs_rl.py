@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from glmflash import cli
-from glmflash.checkpoint import save_model
+from glmflash.checkpoint import read_config, save_model
 from glmflash.config import model_config
 from glmflash.config.evaluation import Sampling
 from glmflash.experiments import registry
@@ -43,6 +43,9 @@ def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
         assert m["unseen"] == (m["unseen_depth2"] + m["unseen_depth3"]) / 2
         assert all(0 <= m[r] <= 1 for r in ("rl_only", "seed_neutral_names"))
         assert m["train_seconds"] > 0
+        assert m["init_sha256"] == read_config(tmp_path / "ck")[1]["sha256"]
+        for rung, outcomes in m["greedy_passes"].items():  # per task, the rate's numerator
+            assert len(outcomes) == 2 and sum(outcomes) / 2 == m[rung]
         if "passk" in record["config"]:  # QUICK's 4 samples of 2 tasks per rung
             assert m["passk_samples"] == 4
             assert all(len(c) == 2 and 0 <= min(c) <= max(c) <= 4 for c in m["passes"].values())
@@ -75,6 +78,7 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
     monkeypatch.setattr(rl_arm, "train_rl", train)
     monkeypatch.setattr(rl_arm, "checkpoint_dirs", lambda out: ["step_1", "step_2"])
     monkeypatch.setattr(rl_arm.ckpt, "load_model", lambda path: (f"model@{path}", None))
+    monkeypatch.setattr(rl_arm.ckpt, "read_config", lambda path: (None, {"sha256": f"#{path}"}))
     counts = {
         "rl_only": (1, 4),
         "unseen_depth2": (2, 4),
@@ -90,7 +94,12 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
             4,
             Sampling(seed=rl_arm.EVAL_SEED),
         )
-        return {"greedy": SimpleNamespace(per_family=counts)}
+        records = [  # task by task, rungs interleaved as evaluate_tasks may return them
+            {"group": rung, "status": "pass" if i < k else "fail"}
+            for i in range(4)
+            for rung, (k, _) in counts.items()
+        ]
+        return {"greedy": SimpleNamespace(per_family=counts, records=records)}
 
     monkeypatch.setattr(rl_arm, "evaluate_rungs", evaluate)
     config = {**registry.get("sft-vs-rl").conditions["rl"], "init": "CK", "per_rung": 4}
@@ -105,6 +114,13 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
         "seed_neutral_names": 0.75,
     }
     assert metrics["unseen"] == 0.375
+    assert metrics["init_sha256"] == "#CK"  # the weights every arm started from
+    assert metrics["greedy_passes"] == {
+        "rl_only": [1, 0, 0, 0],
+        "unseen_depth2": [1, 1, 0, 0],
+        "unseen_depth3": [1, 0, 0, 0],
+        "seed_neutral_names": [1, 1, 1, 0],
+    }
     assert {k: metrics[k] for k in rl_arm.HEALTH} == {
         "entropy": 1.5,
         "kl": 0.25,
