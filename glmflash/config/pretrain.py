@@ -15,6 +15,7 @@ ROW_STARTS = ("anywhere", "document")
 LADDER_CONSTANTS = ("task", "wide")  # data.ladder.WIDE_CONSTANTS
 PRECISIONS = ("auto", "fp32", "bf16")  # of training: auto is bf16 where bf16 is fast here
 OPTIMIZERS = ("adamw", "muon")
+COMPILE = ("off", "blocks")  # model.lm.GLMFlash.compile_blocks
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,14 @@ class PretrainConfig:
         "adamw, or muon (Muon for 2-D hidden matrices, AdamW for the rest)",
         OPTIMIZERS,
     )
+    compile: str = setting(
+        "off",
+        "off, or blocks: each block compiled by torch.compile (inductor) for the training step, "
+        "one graph per kind of block serving all its layers; about a minute of compiling the "
+        "first time (inductor caches it on disk), repaid after a few hundred steps "
+        "(results/profile/compile_pipeline.py). Evaluation and generation stay eager",
+        COMPILE,
+    )
     eval_every: int = setting(100, "steps between dev-loss evaluations")
     eval_batches: int = setting(4, "dev batches per evaluation")
     eval_tasks: int = setting(4, "dev tasks per family for greedy pass@1 during training (0: off)")
@@ -104,6 +113,7 @@ class PretrainConfig:
 
 
 __all__ = [
+    "COMPILE",
     "CORPORA",
     "LADDER_CONSTANTS",
     "OPTIMIZERS",

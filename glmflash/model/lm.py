@@ -273,6 +273,17 @@ class GLMFlash(nn.Module):
         layer places tokens by position alone, which the indexer's pooled keys do not."""
         return self.cfg.sparse_kind == "fixed" or "S" not in self.cfg.layer_kinds
 
+    def compile_blocks(self) -> None:
+        """Compile every block with inductor for training on one fixed shape: the graphs of a
+        kind of block serve all its layers (parameters are the graph's inputs), and fusing the
+        stream connections' many small ops is most of the gain. The routed experts stay eager:
+        their row counts change every step, and a graph per count would recompile without end.
+        Run anything else under `torch.compiler.set_stance("force_eager")`: a decoding step's
+        shapes would each compile."""
+        for block in self.blocks() + ([self.mtp_block] if self.cfg.mtp else []):
+            block.moe.experts = torch.compiler.disable(block.moe.experts)
+            block.compile(dynamic=False)
+
     def blocks(self) -> list[Block]:
         """The layers, then the MTP block when there is one."""
         return [*self.layers, *([self.mtp_block] if self.cfg.mtp else [])]

@@ -12,6 +12,7 @@ batch and gradients are averaged (see distributed.py); rank 0 writes checkpoints
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import sys
@@ -166,6 +167,8 @@ def pretrain(
         if dist.is_main:
             log(f"branching {out} from {branch_from} at step {start}")
     amp = run_autocast(dev, cfg.precision, chosen, dist)
+    if cfg.compile == "blocks":
+        model.compile_blocks()
     if dist.is_main:
         trim_metrics(out / METRICS, start)
         if amp is not None and (warning := bf16_warning(dev)):
@@ -205,8 +208,9 @@ def pretrain(
             metrics["indexer_kl"] = float(kl.detach())
         metrics["step_seconds"] = time.perf_counter() - t_step  # the update, data included
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            metrics["dev_loss"] = eval_loss(model, dev_stream, cfg, amp, dev)
-            metrics.update(dev_pass_at_1(model, cfg))
+            with eager(cfg):
+                metrics["dev_loss"] = eval_loss(model, dev_stream, cfg, amp, dev)
+                metrics.update(dev_pass_at_1(model, cfg))
         elapsed = time.perf_counter() - t0
         metrics["tokens_per_s"] = (done - start) * tokens_per_step / max(elapsed, 1e-9)
         if dist.is_main:
@@ -239,6 +243,14 @@ def pretrain(
         plot_losses(out / METRICS, out / "loss.png")
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def eager(cfg: PretrainConfig) -> contextlib.AbstractContextManager:
+    """Evaluation runs eagerly: compiled blocks (cfg.compile) serve the training step's one
+    shape, and every other shape (a decoding step's, a no-grad forward) would compile anew."""
+    if cfg.compile == "off":
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance("force_eager")
 
 
 def dev_pass_at_1(model: GLMFlash, cfg: PretrainConfig) -> dict[str, float]:
