@@ -190,14 +190,19 @@ def _rung_lines(entry: dict[str, Any], alpha: float) -> list[str]:
             f"| {_p(r['p'])} | {_p(r['p_holm'])} | {r['seeds_agree']}/{r['n']} |"
         )
     held = [r["rung"] for r in rows if r["p_holm"] <= alpha]
-    return [
-        *lines,
-        "",
+    text = (
         f"Significant after Holm over {len(rows)} rungs: {', '.join(held) or 'none'}. The "
         "interval resamples seeds, then each seed's tasks (greedy pass@1 on the same tasks in "
-        "every run); p tests the seeds' rates.",
-        "",
-    ]
+        "every run); p tests the seeds' rates."
+    )
+    n, m = min(r["n"] for r in rows), len(rows)
+    if (floor := m * 2 / 2**n) > alpha:
+        text += (
+            f" With {n} seeds the smallest sign-flip p is 2/2^{n}, and Holm over {m} rungs "
+            f"multiplies it by {m}: {floor:.3g} > {alpha}, so no rung can pass this test; read "
+            "the intervals."
+        )
+    return [*lines, "", text, ""]
 
 
 def pass_curves(runs: list[dict[str, Any]], comparisons: list[list[str]]) -> dict[str, Any]:

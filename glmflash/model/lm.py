@@ -280,7 +280,7 @@ class GLMFlash(nn.Module):
         their row counts change every step, and a graph per count would recompile without end.
         Run anything else under `torch.compiler.set_stance("force_eager")`: a decoding step's
         shapes would each compile."""
-        for block in self.blocks() + ([self.mtp_block] if self.cfg.mtp else []):
+        for block in self.blocks():
             block.moe.experts = torch.compiler.disable(block.moe.experts)
             block.compile(dynamic=False)
 

@@ -1,14 +1,18 @@
 """The pretraining loop against the bare train step, in one process on one machine:
 
-    python results/profile/loop_vs_step.py [--steps 6] [--optimizer adamw] [--out FILE.json]
+    python results/profile/loop_vs_step.py [--steps 6] [--optimizer muon] [--compile off]
+                                           [--out FILE.json]
 
-Runs `pretrain` (25m, 32 x 128) for a few steps into a temporary folder (no evaluation or
-checkpoint before the last step) and times the same update without the loop
-(`bench.model.train_step`, the loop's own `update`). The loop's step time is the median over
-its steps 2..N-1 of the wall time between consecutive steps (data, update, metrics, logs,
-progress: everything the loop does), the bare step's the median of as many calls."""
+Runs `pretrain` with the pipeline's settings (25m, 32 x 128, its precision; the optimizer and
+compilation as given) for a few steps into a temporary folder (no evaluation or checkpoint
+before the last step) and times the same update without the loop (`bench.model.train_step`,
+the loop's own `update`, on a fixed random batch). The loop's step time is the median over its
+steps 2..N-1 of the wall time between consecutive steps (data, update, metrics, logs,
+progress: everything the loop does), the bare step's the median of as many calls. The earlier
+JSON files here were written by its first version: fp32, AdamW by default."""
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -18,7 +22,8 @@ from pathlib import Path
 import torch
 
 from glmflash.bench.model import train_step
-from glmflash.config import PretrainConfig, model_config
+from glmflash.config import PipelinePlan, model_config
+from glmflash.device import autocast_dtype
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.train.pretrain import pretrain
@@ -26,20 +31,17 @@ from glmflash.train.runlog import METRICS, read_jsonl
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=6)
-p.add_argument("--optimizer", default="adamw", choices=("adamw", "muon"))
+p.add_argument("--optimizer", default="muon", choices=("adamw", "muon"))
+p.add_argument("--compile", default="off", choices=("off", "blocks"))
 p.add_argument("--out", default=None)
 args = p.parse_args()
-cfg = PretrainConfig(
-    preset="25m",
+cfg = dataclasses.replace(  # the pipeline's pretraining, without evaluations or checkpoints
+    PipelinePlan.full(0).pretrain,
     steps=args.steps,
-    batch_size=32,
-    seq_len=128,
-    lr=2e-3,
-    warmup=2,
     eval_every=10_000,
     ckpt_every=10_000,
-    eval_tasks=0,
     optimizer=args.optimizer,
+    compile=args.compile,
 )
 with tempfile.TemporaryDirectory() as tmp:
     pretrain(cfg, Path(tmp) / "run", device="cpu", log=lambda _: None)
@@ -52,7 +54,10 @@ update = [r["step_seconds"] for r in rows[1:-1]]
 torch.manual_seed(0)
 model = GLMFlash(model_config("25m")).train()
 batch = torch.randint(4, 260, (cfg.batch_size, cfg.seq_len + 1))
-step = train_step(model, batch[:, :-1], batch[:, 1:], None, cfg)
+if cfg.compile == "blocks":
+    model.compile_blocks()
+amp = autocast_dtype(torch.device("cpu"), cfg.precision)
+step = train_step(model, batch[:, :-1], batch[:, 1:], amp, cfg)
 step()
 bare = []
 for _ in range(len(loop)):
@@ -61,6 +66,8 @@ for _ in range(len(loop)):
     bare.append(time.perf_counter() - t0)
 result = {
     "optimizer": args.optimizer,
+    "compile": args.compile,
+    "autocast": str(amp),
     "steps": args.steps,
     "loop_step_seconds": statistics.median(loop),
     "loop_update_seconds": statistics.median(update),

@@ -179,3 +179,6 @@ def test_per_rung_gains_resample_tasks_and_holm_runs_over_rungs(tmp_path):
     text = report.markdown(summary, [])
     assert "## Per rung: `b` against `a`" in text
     assert "Significant after Holm over 2 rungs: x." in text
+    assert "no rung can pass this test" not in text  # 7 seeds, 2 rungs: 2 * 2 / 2^7 < 0.05
+    few = {**summary["rungs"]["a_vs_b"], "rows": [{**r, "n": 5} for r in (x, y)]}
+    assert "0.125 > 0.05, so no rung can pass this test" in report._rung_lines(few, 0.05)[-2]
