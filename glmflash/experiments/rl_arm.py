@@ -90,6 +90,9 @@ def train_and_evaluate(config: dict[str, Any], seed: int, rungs: Sequence[str]) 
         values = [r[key] for r in rows if r.get(key) is not None]
         if values:
             out[key] = sum(values) / len(values)
+    hists = [r["pool_pass_hist"] for r in rows if r.get("pool_pass_hist")]
+    if hists:  # the edge sampler's pool: observed pass rates in fifths, after the first step
+        out["pool_pass_hist"] = {"first": hists[0], "last": hists[-1]}  # and after the last
     if rows:
         out["curves"] = {
             key: [[r["step"], r[key]] for r in rows if r.get(key) is not None] for key in CURVES

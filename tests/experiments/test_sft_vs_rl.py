@@ -53,6 +53,8 @@ def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
             assert "curves" not in m and m["rollouts_per_s"] is None
         elif record["condition"] != "sft":  # RL arms report their health
             assert 0 <= m["no_spread_share"] <= 1
+            if record["config"].get("sampler") == "edge":  # its pool's pass rates, in fifths
+                assert len(m["pool_pass_hist"]["last"]) == 5 and sum(m["pool_pass_hist"]["last"])
             steps = [s for s, _ in m["curves"]["reward_mean"]]
             assert steps == sorted(steps) and steps[-1] == 4  # QUICK's groups
 
@@ -72,6 +74,7 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
         rows = [
             {"step": 4, "entropy": 1.0, "kl": None, "no_spread_share": 0.5, "reward_mean": 0.1},
             {"step": 8, "entropy": 2.0, "kl": 0.25, "no_spread_share": 1.0, "reward_mean": 0.3},
+            {"step": 9, "pool_pass_hist": [3, 0, 0, 1, 2]},  # an edge sampler's pool
         ]
         (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -127,6 +130,7 @@ def test_run_trains_the_arm_and_averages_the_unseen_rungs(monkeypatch):
         "no_spread_share": 0.75,
     }
     assert metrics["curves"]["reward_mean"] == [[4, 0.1], [8, 0.3]]
+    assert metrics["pool_pass_hist"] == {"first": [3, 0, 0, 1, 2], "last": [3, 0, 0, 1, 2]}
 
 
 def test_composition_arms_differ_in_what_they_name():
