@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from glmflash.errors import CLIError
 from glmflash.experiments.report import ALPHA, ReportError, experiment_folders, write_report
-from glmflash.experiments.runner import DEFINITION
+from glmflash.experiments.runner import DEFINITION, RUNS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise CLIError(f"--alpha must lie in (0, 1), got {args.alpha}")
     for folder in folders:
+        if not any((folder / RUNS).glob("*.json")):  # a committed report stays as it is
+            if len(folders) == 1:
+                raise CLIError(f"{folder}: no runs under {RUNS}/ to report on")
+            print(f"skipped {folder}: no runs under {RUNS}/", file=sys.stderr)
+            continue
         try:
             print(write_report(folder, args.alpha))
         except (ReportError, KeyError, ValueError) as e:

@@ -133,6 +133,16 @@ def test_report_command_finds_every_experiment_folder(tmp_path, capsys):
     assert str(tmp_path / "t" / "report.md") in capsys.readouterr().out
     with pytest.raises(CLIError, match="no experiment"):
         command.run(parser.parse_args([str(tmp_path / "t" / "runs")]))
+    # an experiment whose run files are gone keeps its report; beside others it is skipped
+    empty = tmp_path / "u"
+    empty.mkdir()
+    (empty / "experiment.json").write_text((tmp_path / "t" / "experiment.json").read_text())
+    (empty / "report.md").write_text("the committed report")
+    assert command.run(parser.parse_args([str(tmp_path)])) == 0
+    assert (empty / "report.md").read_text() == "the committed report"
+    assert f"skipped {empty}" in capsys.readouterr().err
+    with pytest.raises(CLIError, match="no runs"):
+        command.run(parser.parse_args([str(empty)]))
 
 
 def passes_run(config: dict, seed: int) -> dict:
