@@ -31,9 +31,7 @@ batch = torch.randint(4, 260, (cfg.batch_size, cfg.seq_len + 1), generator=g)
 torch.manual_seed(0)
 model = GLMFlash(model_config(cfg.preset)).train()
 if mode == "blocks":
-    for block in model.blocks():
-        block.moe.experts = torch.compiler.disable(block.moe.experts)
-        block.compile(dynamic=False)
+    model.compile_blocks()
 elif mode == "mixers":
     for block in model.blocks():
         for m in (block.hc_attn, block.hc_moe, block.attn_norm, block.moe_norm, block.attn):
