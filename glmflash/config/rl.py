@@ -10,6 +10,7 @@ from glmflash.flags import check_setting_choices, setting
 
 SCOPES = ("last-block-head", "last-block", "all")
 SAMPLERS = ("uniform", "edge")
+EDGE_WEIGHTS = ("variance", "spread")  # train.task_sampler
 OBJECTIVES = ("rloo", "sft")
 REWARDS = ("binary", "partial")
 ADVANTAGES = ("rloo", "grpo", "dr_grpo", "rft")
@@ -96,6 +97,18 @@ class RLConfig:
         "sampler edge: groups a step may draw beyond tasks_per_step to replace groups without "
         "reward spread (DAPO's dynamic sampling; 0: drop them without refill)",
     )
+    edge_weight: str = setting(
+        "variance",
+        "sampler edge: how a task's estimate becomes its draw weight: variance p(1 - p), or "
+        "spread, the posterior chance that a group of group_size has reward spread, "
+        "1 - p^G - (1 - p)^G (flatter: it keeps tasks solved 5% or 95% of the time in play)",
+        EDGE_WEIGHTS,
+    )
+    edge_discount: float = setting(
+        1.0,
+        "sampler edge: factor on every counted rollout at each step (1: all count alike; 0.9 "
+        "remembers about 10 steps), so the estimates follow the policy as it trains",
+    )
     edge_probe: int = setting(
         0,
         "sampler edge: samples of every pool task drawn before training to start the pass-rate "
@@ -143,6 +156,8 @@ class RLConfig:
                 f"update epochs must be positive, clip_low in (0, 1) and clip_high positive, "
                 f"got {self.update_epochs}, {self.clip_low}, {self.clip_high}"
             )
+        if not 0 < self.edge_discount <= 1:
+            raise ValueError(f"edge discount must be in (0, 1], got {self.edge_discount}")
         if self.max_redraws < 0 or self.edge_probe < 0:
             raise ValueError(
                 f"max redraws and edge probe must be non-negative, got {self.max_redraws}, "
@@ -155,4 +170,12 @@ class RLConfig:
             )
 
 
-__all__ = ["ADVANTAGES", "AGGREGATIONS", "OBJECTIVES", "SAMPLERS", "SCOPES", "RLConfig"]
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "EDGE_WEIGHTS",
+    "OBJECTIVES",
+    "SAMPLERS",
+    "SCOPES",
+    "RLConfig",
+]

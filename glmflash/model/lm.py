@@ -12,6 +12,7 @@ whole prefix.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,7 +280,10 @@ class GLMFlash(nn.Module):
         stream connections' many small ops is most of the gain. The routed experts stay eager:
         their row counts change every step, and a graph per count would recompile without end.
         Run anything else under `torch.compiler.set_stance("force_eager")`: a decoding step's
-        shapes would each compile."""
+        shapes would each compile. Dynamo traces through the lru_cache of
+        `fixed_sparse_mask` (and warns that it does); the mask is a pure function of its
+        arguments, so the traced graph builds the same mask and the warning is silenced."""
+        warnings.filterwarnings("ignore", message=".*functools.lru_cache", category=UserWarning)
         for block in self.blocks():
             block.moe.experts = torch.compiler.disable(block.moe.experts)
             block.compile(dynamic=False)

@@ -23,9 +23,10 @@ it there on everything else, the untrained families included.
 
 Which tasks a step trains on is `sampler`'s: uniform takes the tasks of `rl_tasks` in order,
 each once; edge draws them from the same tasks as a pool, favouring those the policy sometimes
-solves (weight p(1 - p) + floor of each task's estimated pass rate), and replaces groups
-without reward spread by new draws, up to `max_redraws` extra groups a step (DAPO's dynamic
-sampling; `task_sampler`). Its counts come from the run's own rollouts (and an optional probe
+solves (weight p(1 - p) or the chance of a group with spread, plus a floor, of each task's
+estimated pass rate: `edge_weight`), and replaces groups without reward spread by new draws,
+up to `max_redraws` extra groups a step (DAPO's dynamic sampling; `task_sampler`). Its counts
+come from the run's own rollouts (discounted by `edge_discount` a step, and an optional probe
 of the initial policy, `edge_probe`), so a resumed run draws as the uninterrupted one does.
 """
 
@@ -327,11 +328,19 @@ def edge_pool(learner: Learner, pool: list[CodeTask], start: int) -> EdgePool:
         (out / PROBE).unlink(missing_ok=True)
         if cfg.edge_probe > 0:
             probe(learner, pool, out / PROBE)
-    sampler = EdgeSampler(len(pool))
+    sampler = EdgeSampler(len(pool), weight=cfg.edge_weight, group_size=cfg.group_size)
     index = {(t.family, t.name): i for i, t in enumerate(pool)}
-    for path in (out / PROBE, out / ROLLOUTS):
-        for r in read_jsonl(path):
-            sampler.record(index[r["family"], r["task"]], int(r["status"] == "pass"), 1)
+    for r in read_jsonl(out / PROBE):
+        sampler.record(index[r["family"], r["task"]], int(r["status"] == "pass"), 1)
+    steps: dict[int, dict[int, list[int]]] = {}  # step -> task -> [passes, trials]
+    for r in read_jsonl(out / ROLLOUTS):
+        counts = steps.setdefault(r["step"], {}).setdefault(index[r["family"], r["task"]], [0, 0])
+        counts[0] += r["status"] == "pass"
+        counts[1] += 1
+    for step in sorted(steps):  # as `edge_draws` counted them: discount, then the step's groups
+        sampler.discount(cfg.edge_discount)
+        for i, (passes, trials) in steps[step].items():
+            sampler.record(i, passes, trials)
     return EdgePool(pool, sampler)
 
 
@@ -485,6 +494,7 @@ def edge_draws(learner: Learner, edge: EdgePool, want: int, g0: int) -> tuple[Ro
             for k in range(len(indices))
         ]
 
+    edge.sampler.discount(cfg.edge_discount)
     fill = edge.sampler.fill(want, cfg.max_redraws, derive_seed("edge", cfg.seed, g0), roll)
     merged = Rollouts(
         [t for p in parts for t in p.owners],

@@ -9,13 +9,23 @@ for each task of a fixed pool, the count of its rollouts and of those that passe
     p_hat = (passes + 1) / (trials + 2)      the posterior mean under a uniform Beta(1, 1)
                                              prior: an untried task sits at 1/2
 
-and draws tasks without replacement with weight
+and draws tasks without replacement with weight `w + FLOOR`, where w is one of
 
-    w = p_hat (1 - p_hat) + FLOOR
+    variance   w = p_hat (1 - p_hat)                    the reward variance p_hat predicts
+    spread     w = E[1 - p^G - (1 - p)^G]               the chance that a group of G has spread,
+                 = 1 - B(a + G, b) / B(a, b)            averaged over the posterior
+                     - B(a, b + G) / B(a, b)            Beta(a, b), a = passes + 1,
+                                                        b = trials - passes + 1
 
-(the reward variance the estimate predicts). FLOOR keeps a task the policy never or always
+`variance` peaks sharply at 1/2 (a task at p = 0.05 weighs 0.05, a fifth of one at 1/2);
+`spread` is what dynamic sampling needs, and for G = 16 it is flat over most of (0, 1): a task
+at p = 0.05 has spread in 56% of its groups. FLOOR keeps a task the policy never or always
 solves drawable: the policy moves under training, a task at 0 today may be at the edge
 later, and only a draw can tell.
+
+With a discount gamma < 1 (`EdgeSampler.discount`, once per step), old rollouts count less:
+after k more steps a rollout weighs gamma^k, so the estimates follow the policy as it moves
+(an effective memory of 1 / (1 - gamma) steps).
 
 Dynamic sampling (DAPO, Yu et al. 2025; `EdgeSampler.fill`): the groups of a step without
 reward spread are dropped and replaced by new draws, up to a stated number of extra groups per
@@ -29,6 +39,8 @@ import math
 import random
 from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple
+
+from glmflash.config.rl import EDGE_WEIGHTS
 
 FLOOR = 0.02  # weight a task keeps at an estimate of 0 or 1: 1/13.5 of the weight at p = 1/2
 HIST_BINS = 5  # pass-rate histogram of the pool: [0, .2), [.2, .4), ..., [.8, 1]
@@ -54,15 +66,30 @@ def has_spread(rewards: Sequence[float]) -> bool:
     return max(rewards) > min(rewards)
 
 
-class EdgeSampler:
-    """Pass counts of a pool of `size` tasks (by index) and the draws they weight."""
+def beta_moment(a: float, b: float, k: int) -> float:
+    """E[p^k] for p ~ Beta(a, b): B(a + k, b) / B(a, b) = prod_{i<k} (a + i) / (a + b + i)."""
+    return math.prod((a + i) / (a + b + i) for i in range(k))
 
-    def __init__(self, size: int, floor: float = FLOOR) -> None:
+
+class EdgeSampler:
+    """Pass counts of a pool of `size` tasks (by index) and the draws they weight: `weight`
+    variance or spread (for groups of `group_size`), as the module says."""
+
+    def __init__(
+        self, size: int, floor: float = FLOOR, weight: str = "variance", group_size: int = 16
+    ) -> None:
         if size < 1 or floor <= 0:
             raise ValueError(f"a pool needs tasks and a positive floor, got {size}, {floor}")
-        self.passes = [0] * size
-        self.trials = [0] * size
+        if weight not in EDGE_WEIGHTS or group_size < 2:
+            raise ValueError(
+                f"weight must be one of {EDGE_WEIGHTS} and groups of 2 or more, got {weight!r}, "
+                f"{group_size}"
+            )
+        self.passes: list[float] = [0] * size
+        self.trials: list[float] = [0] * size
         self.floor = floor
+        self.weight = weight
+        self.group_size = group_size
 
     def __len__(self) -> int:
         return len(self.trials)
@@ -74,13 +101,27 @@ class EdgeSampler:
         self.passes[index] += passes
         self.trials[index] += trials
 
+    def discount(self, gamma: float) -> None:
+        """Weigh every rollout counted so far by gamma (in (0, 1]; 1 changes nothing)."""
+        if not 0 < gamma <= 1:
+            raise ValueError(f"a discount must be in (0, 1], got {gamma}")
+        if gamma < 1:
+            self.passes = [s * gamma for s in self.passes]
+            self.trials = [n * gamma for n in self.trials]
+
     def estimates(self) -> list[float]:
         """p_hat = (passes + 1) / (trials + 2) of every task."""
         return [(s + 1) / (n + 2) for s, n in zip(self.passes, self.trials, strict=True)]
 
     def weights(self) -> list[float]:
-        """w = p_hat (1 - p_hat) + floor of every task."""
-        return [p * (1 - p) + self.floor for p in self.estimates()]
+        """w + floor of every task, w by `weight` (the module's table)."""
+        if self.weight == "variance":
+            return [p * (1 - p) + self.floor for p in self.estimates()]
+        G = self.group_size
+        return [
+            1 - beta_moment(s + 1, n - s + 1, G) - beta_moment(n - s + 1, s + 1, G) + self.floor
+            for s, n in zip(self.passes, self.trials, strict=True)
+        ]
 
     def draw(self, n: int, rng: random.Random, exclude: Collection[int] = ()) -> list[int]:
         """Up to `n` distinct tasks not in `exclude`, drawn without replacement in proportion
@@ -129,8 +170,16 @@ class EdgeSampler:
         counts = [0] * bins
         for s, n in zip(self.passes, self.trials, strict=True):
             if n:
-                counts[min(s * bins // n, bins - 1)] += 1  # exact: no rounding at edges
+                counts[min(int(s * bins // n), bins - 1)] += 1  # integer counts: exact at edges
         return counts
 
 
-__all__ = ["FLOOR", "HIST_BINS", "EdgeSampler", "Fill", "Group", "has_spread"]
+__all__ = [
+    "FLOOR",
+    "HIST_BINS",
+    "EdgeSampler",
+    "Fill",
+    "Group",
+    "beta_moment",
+    "has_spread",
+]

@@ -24,6 +24,7 @@ from glmflash.train.rl import (
     _best_so_far,
     _evaluate_dev,
     dev_tasks,
+    edge_pool,
     kl_rows,
     plot_rl,
     policy_update,
@@ -514,6 +515,11 @@ def test_rl_tasks_mix_ladder_and_families_evenly():
         RLConfig(objective="ppo")
     with pytest.raises(ValueError, match="sampler edge needs objective rloo"):
         RLConfig(sampler="edge", objective="sft")
+    for bad in (0.0, 1.2):
+        with pytest.raises(ValueError, match="edge discount"):
+            RLConfig(edge_discount=bad)
+    with pytest.raises(ValueError, match="edge_weight"):
+        RLConfig(edge_weight="mean")
 
 
 def test_sft_step_lowers_the_reference_bodies_loss():
@@ -727,14 +733,18 @@ def test_policy_update_passes_the_asymmetric_clip(monkeypatch):
     assert RLConfig().clip_low == RLConfig().clip_high == 0.2  # symmetric unless asked
 
 
-def test_edge_sampler_run_drops_refills_and_resumes_exactly(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("weight, discount", [("variance", 1.0), ("spread", 0.5)])
+def test_edge_sampler_run_drops_refills_and_resumes_exactly(
+    tmp_path, monkeypatch, capsys, weight, discount
+):
     """rl --sampler edge on the tiny preset (a stand-in verifier under which the double
     family never passes, so its groups have no spread): every step logs groups drawn and kept,
     the share without spread and the pool's pass-rate histogram, which equal a direct count of
     the probe and rollouts files; kept groups are exactly those with spread, the update sees
     only them, a step draws at most max_redraws extra groups and stops early only at that
-    limit. Killed in its second step and resumed, the run writes what the uninterrupted one
-    does (the sampler's counts are rebuilt from the files)."""
+    limit (the histogram from counts discounted once a step). Killed in its second step and
+    resumed, the run writes what the uninterrupted one does (the sampler's counts are rebuilt
+    from the files)."""
     torch.manual_seed(0)
     model = GLMFlash(model_config("tiny", context=192))  # room for the ladder's prompts
     with torch.no_grad():  # far from uniform, so completions differ and rewards spread
@@ -744,7 +754,8 @@ def test_edge_sampler_run_drops_refills_and_resumes_exactly(tmp_path, monkeypatc
     flags = (
         f"--groups 6 --group-size {G} --tasks-per-step {per_step} --max-redraws {limit} "
         "--edge-probe 2 --families double,even --ladder-share 0.5 --max-new-tokens 8 "
-        "--eval-every 6 --dev-per-family 1 --dev-ladder 1 --scope all --device cpu"
+        "--eval-every 6 --dev-per-family 1 --dev-ladder 1 --scope all --device cpu "
+        f"--edge-weight {weight} --edge-discount {discount}"
     ).split()
     cfg = RLConfig(
         groups=6, group_size=G, tasks_per_step=per_step, max_redraws=limit, edge_probe=2,
@@ -790,6 +801,7 @@ def test_edge_sampler_run_drops_refills_and_resumes_exactly(tmp_path, monkeypatc
         counts[r["family"], r["task"]][1] += 1
         counts[r["family"], r["task"]][0] += r["status"] == "pass"
     for m in metrics:
+        counts = {k: [c * Fraction(discount) for c in v] for k, v in counts.items()}
         rows = [r for r in rollouts if r["step"] == m["step"]]
         assert len(rows) == G * m["groups_drawn"]
         groups = [rows[k : k + G] for k in range(0, len(rows), G)]
@@ -828,3 +840,35 @@ def test_edge_sampler_run_drops_refills_and_resumes_exactly(tmp_path, monkeypatc
 
     for name in ("probe.jsonl", "rollouts.jsonl", "metrics.jsonl"):
         assert rows("killed", name) == rows("whole", name), name
+
+
+def test_edge_pool_rebuilds_discounted_counts_from_the_run_files(tmp_path):
+    """On resume the sampler's counts come from probe.jsonl and rollouts.jsonl: with discount
+    gamma, a probe sample weighs gamma^K after K steps and a rollout of step k gamma^(K - k),
+    as the uninterrupted run counted them (discount, then the step's groups)."""
+    gamma = 0.5
+    cfg = RLConfig(sampler="edge", edge_discount=gamma, families=("double",), ladder_share=0.5)
+    pool = rl_tasks(cfg)
+    a, b = pool[0], pool[1]
+    probe = [(a, "pass"), (a, "fail"), (b, "fail")]
+    steps = {4: [(a, "pass"), (a, "pass"), (b, "fail")], 8: [(b, "pass")], 12: [(a, "fail")]}
+
+    def row(task, status, **extra):
+        return json.dumps({"task": task.name, "family": task.family, "status": status, **extra})
+
+    (tmp_path / "probe.jsonl").write_text("".join(row(t, s) + "\n" for t, s in probe))
+    (tmp_path / "rollouts.jsonl").write_text(
+        "".join(row(t, s, step=k) + "\n" for k, rows in steps.items() for t, s in rows)
+    )
+    edge = edge_pool(SimpleNamespace(out=tmp_path, cfg=cfg), pool, start=12)
+    expected = {a.name: [0.0, 0.0], b.name: [0.0, 0.0]}
+    for t, s in probe:
+        expected[t.name][0] += gamma**3 * (s == "pass")
+        expected[t.name][1] += gamma**3
+    for k, (_, rows) in enumerate(steps.items()):
+        for t, s in rows:
+            expected[t.name][0] += gamma ** (2 - k) * (s == "pass")
+            expected[t.name][1] += gamma ** (2 - k)
+    for i, t in enumerate(edge.tasks):
+        passes, trials = expected.get(t.name, (0, 0))
+        assert (edge.sampler.passes[i], edge.sampler.trials[i]) == pytest.approx((passes, trials))
