@@ -4,7 +4,9 @@
 # per row, each checkpoint evaluated greedily on 32 dev tasks per ladder rung. Rows run one
 # after another (never two at once). Run from the repository root:
 #   bash results/competence/screen.sh runs/screen [NAME ...]
-# Without names every row runs; a row whose eval file exists is skipped.
+# Without names every row runs; a row whose eval file exists is skipped. EXTRA adds flags to
+# every row, e.g. EXTRA="--compile blocks" (the pipeline's compiled blocks; the second batch,
+# screen_pipe.md, ran so).
 set -euo pipefail
 out=${1:-runs/screen}
 shift || true
@@ -46,7 +48,7 @@ for name in "${names[@]}"; do
     glmflash pretrain --preset 25m --out "$run/run" --steps 160 --batch-size 32 --seq-len 128 \
         --lr 2e-3 --warmup 10 --schedule wsd --eval-every 160 --ckpt-every 160 \
         --keep-checkpoints 1 --eval-tasks 0 --seed 0 --optimizer muon --precision auto \
-        ${LEVERS[$name]}
+        ${EXTRA:-} ${LEVERS[$name]}
     ckpt=$(ls -d "$run"/run/checkpoints/step_* | tail -1)
     glmflash eval --checkpoint "$ckpt" --split dev --per-rung 32 \
         --rungs depth1,depth1_heldout_phrasings,seen_depth2,rl_only,unseen_depth2,unseen_depth3,seed_neutral_names \

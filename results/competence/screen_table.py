@@ -4,6 +4,8 @@ the other's), tokens/s, greedy pass@1 per rung (dev, 32 tasks) and the reference
 on the held-out rungs (both computed once from the checkpoint and kept beside it). Run from the
 repository root after screen.sh:
     python results/competence/screen_table.py runs/screen > results/competence/screen.md
+A batch of rows run on another machine (comparable with each other, not with the first batch)
+gets its own file: `screen_table.py runs/screen_pipe pipe` writes screen_pipe.json.
 """
 
 import json
@@ -46,9 +48,15 @@ def row(folder: Path) -> dict:
     }
 
 
-def main(root: str) -> None:
-    rows = [row(f) for f in sorted(Path(root).iterdir()) if (f / "eval_summary.json").is_file()]
-    Path("results/competence/screen.json").write_text(json.dumps(rows, indent=2))
+def main(root: str, batch: str = "") -> None:
+    """Rows of the folders under `root`, and the rows already in the batch's json whose
+    folders are gone (runs/ does not outlive its machine; the json does)."""
+    out = Path("results/competence") / (f"screen_{batch}.json" if batch else "screen.json")
+    fresh = [row(f) for f in sorted(Path(root).iterdir()) if (f / "eval_summary.json").is_file()]
+    kept = json.loads(out.read_text()) if out.is_file() else []
+    names = {r["name"] for r in fresh}
+    rows = sorted([*fresh, *(r for r in kept if r["name"] not in names)], key=lambda r: r["name"])
+    out.write_text(json.dumps(rows, indent=2))
     head = [
         "lever",
         "dev loss (anywhere / document)",
@@ -68,4 +76,4 @@ def main(root: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "runs/screen")
+    main(*(sys.argv[1:] or ["runs/screen"]))
