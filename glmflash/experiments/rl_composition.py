@@ -26,6 +26,12 @@ metric `unseen` is the mean of the two unseen rungs.
 checkpoint itself and the arm after training (edge_all unless --set says otherwise), 64
 samples of 16 tasks per rung, pass@k at every k up to 64 (`evaluate.pass_curve`).
 
+`rl-remedies` screens, on dev, what the composition study's near-null points at: edge_all
+with the sampler weight that targets a group with spread (1 - p^G - (1 - p)^G) instead of the
+reward variance, the same with old rollouts discounted (the estimates follow the policy), and
+edge_all trained four times as long (the study's 192 groups are ~48 updates; f(g(x)) ran
+~700).
+
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
 split; its `rollouts_per_s` says what training the whole model costs.
@@ -152,6 +158,44 @@ PASSK_CURVES = register(
         secondary=SECONDARY,
         comparisons=[("base", "after")],
         quick={**QUICK, "passk": {"samples": 4, "per_rung": 2}},
+        quick_seeds=(1,),
+    )
+)
+
+SPREAD = {"edge_weight": "spread"}
+REMEDIES = register(
+    Experiment(
+        name="rl-remedies",
+        description=(
+            "edge_all, its sampler weighting the chance of a group with spread (and "
+            "discounting old rollouts), and edge_all four times as long, from one checkpoint "
+            "(--set init=CKPT); dev split."
+        ),
+        conditions={
+            "base": {**BASE, "split": "dev", "train": False},
+            "edge_all": {**BASE, **EDGE, **ALL, "split": "dev"},
+            "spread": {**BASE, **EDGE, **ALL, **SPREAD, "split": "dev"},
+            "spread_discount": {
+                **BASE,
+                **EDGE,
+                **ALL,
+                **SPREAD,
+                "edge_discount": 0.9,
+                "split": "dev",
+            },  # fmt: skip
+            "long": {**BASE, **EDGE, **ALL, "groups": 4 * BASE["groups"], "split": "dev"},
+        },
+        seeds=(1, 2),  # a screen: a winner is confirmed with 8+ seeds on confirm
+        run=run,
+        metric="unseen",
+        secondary=SECONDARY,
+        comparisons=[
+            ("base", "edge_all"),
+            ("edge_all", "spread"),
+            ("spread", "spread_discount"),
+            ("edge_all", "long"),
+        ],
+        quick=QUICK,
         quick_seeds=(1,),
     )
 )

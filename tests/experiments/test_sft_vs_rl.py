@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -5,11 +6,13 @@ import torch
 
 from glmflash import cli
 from glmflash.checkpoint import read_config, save_model
-from glmflash.config import model_config
+from glmflash.config import RLConfig, model_config
 from glmflash.config.evaluation import Sampling
 from glmflash.experiments import registry
 from glmflash.experiments.rl_composition import PASSK
 from glmflash.model.lm import GLMFlash
+
+RL_FIELDS = {f.name for f in dataclasses.fields(RLConfig)}
 
 
 def test_arms_differ_in_the_objective_only():
@@ -22,7 +25,13 @@ def test_arms_differ_in_the_objective_only():
 
 @pytest.mark.parametrize(
     "name, arms",
-    [("sft-vs-rl", 2), ("rl-algorithms", 4), ("rl-composition", 5), ("rl-passk", 2)],
+    [
+        ("sft-vs-rl", 2),
+        ("rl-algorithms", 4),
+        ("rl-composition", 5),
+        ("rl-passk", 2),
+        ("rl-remedies", 5),
+    ],
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
     """The ladder experiments (they share rl_arm) on the tiny model, one seed."""
@@ -151,3 +160,11 @@ def test_composition_arms_differ_in_what_they_name():
     assert {v["split"] for v in sweep.values()} == {"dev"}
     assert sorted(v["lr"] for v in sweep.values() if v["scope"] == "all") == [1e-5, 3e-5, 1e-4]
     assert sweep["base"]["train"] is False
+    r = registry.get("rl-remedies").conditions
+    edge_all = {**c["edge_all"], "split": "dev"}
+    assert r["edge_all"] == edge_all and {v["split"] for v in r.values()} == {"dev"}
+    assert r["spread"] == {**edge_all, "edge_weight": "spread"}
+    assert r["spread_discount"] == {**r["spread"], "edge_discount": 0.9}
+    assert r["long"] == {**edge_all, "groups": 4 * edge_all["groups"]}
+    for arm in r.values():  # every arm's settings are valid RL settings
+        RLConfig(**{k: v for k, v in arm.items() if k in RL_FIELDS})
