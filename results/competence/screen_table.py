@@ -52,7 +52,7 @@ def main(root: str, batch: str = "") -> None:
     """Rows of the folders under `root`, and the rows already in the batch's json whose
     folders are gone (runs/ does not outlive its machine; the json does)."""
     out = Path("results/competence") / (f"screen_{batch}.json" if batch else "screen.json")
-    fresh = [row(f) for f in sorted(Path(root).iterdir()) if (f / "eval_summary.json").is_file()]
+    fresh = [row(f) for f in sorted(Path(root).iterdir()) if (f / "eval.json").is_file()]
     kept = json.loads(out.read_text()) if out.is_file() else []
     names = {r["name"] for r in fresh}
     rows = sorted([*fresh, *(r for r in kept if r["name"] not in names)], key=lambda r: r["name"])
