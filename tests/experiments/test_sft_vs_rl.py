@@ -30,8 +30,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-algorithms", 4),
         ("rl-composition", 5),
         ("rl-passk", 2),
-        ("rl-remedies", 5),
-    ],
+    ],  # rl-remedies' arms are rl-composition's with sampler settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
     """The ladder experiments (they share rl_arm) on the tiny model, one seed."""
