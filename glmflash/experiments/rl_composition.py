@@ -163,6 +163,7 @@ PASSK_CURVES = register(
 )
 
 SPREAD = {"edge_weight": "spread"}
+DEV_EDGE_ALL = {**BASE, **EDGE, **ALL, "split": "dev"}
 REMEDIES = register(
     Experiment(
         name="rl-remedies",
@@ -173,17 +174,10 @@ REMEDIES = register(
         ),
         conditions={
             "base": {**BASE, "split": "dev", "train": False},
-            "edge_all": {**BASE, **EDGE, **ALL, "split": "dev"},
-            "spread": {**BASE, **EDGE, **ALL, **SPREAD, "split": "dev"},
-            "spread_discount": {
-                **BASE,
-                **EDGE,
-                **ALL,
-                **SPREAD,
-                "edge_discount": 0.9,
-                "split": "dev",
-            },  # fmt: skip
-            "long": {**BASE, **EDGE, **ALL, "groups": 4 * BASE["groups"], "split": "dev"},
+            "edge_all": DEV_EDGE_ALL,
+            "spread": {**DEV_EDGE_ALL, **SPREAD},
+            "spread_discount": {**DEV_EDGE_ALL, **SPREAD, "edge_discount": 0.9},
+            "long": {**DEV_EDGE_ALL, "groups": 4 * BASE["groups"]},
         },
         seeds=(1, 2),  # a screen: a winner is confirmed with 8+ seeds on confirm
         run=run,
