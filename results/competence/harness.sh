@@ -11,6 +11,7 @@ budgets=160,320,480,640,800
 declare -A RECIPES=(
     [baseline]="--set row_start=anywhere --set lr=2e-3"
     [pipeline]=""
+    [delta]="--set model.linear_kind=delta"
 )
 rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=(pipeline:0 pipeline:1 baseline:0 baseline:1)

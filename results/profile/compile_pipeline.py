@@ -2,6 +2,7 @@
 precision), each mode in a fresh process, against eager:
 
     python results/profile/compile_pipeline.py [--steps 6] [--modes eager,blocks,mixers]
+        [--linear-kind elu|delta]
 
     eager   no compilation
     blocks  every Block compiled by inductor (dynamic=False), the MoE's routed experts left
@@ -24,12 +25,12 @@ from glmflash.bench.model import train_step
 from glmflash.config import PipelinePlan, model_config
 from glmflash.device import autocast_dtype
 from glmflash.model.lm import GLMFlash
-mode, steps = sys.argv[1], int(sys.argv[2])
+mode, steps, linear_kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cfg = PipelinePlan.full(0).pretrain
 g = torch.Generator().manual_seed(0)
 batch = torch.randint(4, 260, (cfg.batch_size, cfg.seq_len + 1), generator=g)
 torch.manual_seed(0)
-model = GLMFlash(model_config(cfg.preset)).train()
+model = GLMFlash(model_config(cfg.preset, linear_kind=linear_kind)).train()
 if mode == "blocks":
     model.compile_blocks()
 elif mode == "mixers":
@@ -51,11 +52,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--modes", default="eager,blocks,mixers")
+    p.add_argument("--linear-kind", default="elu", help="the linear layers' kind (model option)")
     args = p.parse_args()
     result: dict = {}
     for mode in args.modes.split(","):
         out = subprocess.run(
-            [sys.executable, "-c", STEP, mode, str(args.steps)],
+            [sys.executable, "-c", STEP, mode, str(args.steps), args.linear_kind],
             capture_output=True,
             text=True,
             check=True,
@@ -77,6 +79,7 @@ def main() -> None:
             r["speedup"] = eager["step_seconds"] / r["step_seconds"]
             extra = r["first_step_seconds"] - eager["first_step_seconds"]
             r["break_even_steps"] = extra / saved if saved > 0 else None
+    result["linear_kind"] = args.linear_kind
     result["machine"] = machine_record("cpu")
     print(json.dumps(result, indent=1))
 
