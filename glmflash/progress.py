@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 
 from tqdm import tqdm
 
 
 class Progress:
-    """`update(n, **figures)` with n the number of units done so far (absolute)."""
+    """`update(n, **figures)` with n the number of units done so far (absolute).
+
+    The eta of a log line comes from the rate over the last `window` log lines, as tqdm's bar
+    smooths its own: a slow start (compiling, a first evaluation) fades out of it."""
 
     def __init__(
         self,
@@ -19,6 +23,7 @@ class Progress:
         unit: str = "step",
         desc: str = "",
         every_s: float = 10.0,
+        window: int = 6,
     ) -> None:
         self.total, self.done, self.unit, self.desc = total, start, unit, desc
         self.enabled, self.every_s = enabled, every_s
@@ -35,8 +40,8 @@ class Progress:
             if self.tty
             else None
         )
-        self.t0 = self.last_log = time.perf_counter()
-        self.start = start
+        self.last_log = time.perf_counter()
+        self.marks = deque([(self.last_log, start)], maxlen=window)  # (time, done) per log line
 
     def update(self, done: int, **figures: float) -> None:
         if not self.enabled:
@@ -48,7 +53,8 @@ class Progress:
         else:
             now = time.perf_counter()
             if now - self.last_log >= self.every_s or done == self.total:
-                rate = (done - self.start) / max(now - self.t0, 1e-9)
+                t_then, done_then = self.marks[0]
+                rate = (done - done_then) / max(now - t_then, 1e-9)
                 eta = (self.total - done) / rate if rate > 0 else float("inf")
                 parts = " ".join(f"{k}={v}" for k, v in text.items())
                 print(
@@ -58,6 +64,7 @@ class Progress:
                     flush=True,
                 )
                 self.last_log = now
+                self.marks.append((now, done))
         self.done = done
 
     def close(self) -> None:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,7 @@ def pretrain(
     scalars = Scalars(out, purge_step=start) if dist.is_main else None
     summary: dict[str, Any] = {"steps": cfg.steps, "start_step": start}
     t0, last = time.perf_counter(), {}
+    recent = deque(maxlen=20)  # the last steps' seconds: the bar's speed, compiling excluded
     model.train()
     for step in range(start, cfg.steps):
         t_step = time.perf_counter()
@@ -207,6 +210,7 @@ def pretrain(
         if kl is not None:
             metrics["indexer_kl"] = float(kl.detach())
         metrics["step_seconds"] = time.perf_counter() - t_step  # the update, data included
+        recent.append(metrics["step_seconds"])
         if done % cfg.eval_every == 0 or done == cfg.steps:
             with eager(cfg):
                 metrics["dev_loss"] = eval_loss(model, dev_stream, cfg, amp, dev)
@@ -219,7 +223,7 @@ def pretrain(
             progress.update(
                 done,
                 loss=metrics["loss"],
-                tok_s=metrics["tokens_per_s"],
+                tok_s=tokens_per_step / statistics.median(recent),
                 **({"dev": metrics["dev_loss"]} if "dev_loss" in metrics else {}),
             )
             if done % cfg.ckpt_every == 0 or done == cfg.steps:
