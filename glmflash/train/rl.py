@@ -54,7 +54,13 @@ from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import CodeTask, interleaved_tasks, tasks
 from glmflash.device import resolve_device
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
-from glmflash.generate import Completion, distinct_prompts, generate, right_padded
+from glmflash.generate import (
+    Completion,
+    allowed_mask,
+    distinct_prompts,
+    generate,
+    right_padded,
+)
 from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
@@ -117,9 +123,12 @@ def sequence_logprobs(
     with_entropy: bool = False,
     chunks: int = SCORING_CHUNKS,
     share_prompts: bool = True,
+    temperature: float = 1.0,
 ) -> Scored:
     """Per-token log pi of each completion given its prompt, right-padded to one [N, L] batch;
-    with `with_entropy`, also the policy's entropy at each scored position.
+    with `with_entropy`, also the policy's entropy at each scored position. pi is the policy
+    generation samples from: softmax(logits / temperature) over the tokens it may emit
+    (`allowed_mask`), so RL's gradient and KL are those of the rollouts' own distribution.
 
     Where prompts repeat (RL scores G completions of each), each distinct prompt runs through
     the model once and its state continues into all its completions (`_shared_prompt_passes`):
@@ -143,9 +152,10 @@ def sequence_logprobs(
     rows, logps, entropies = [], [], []
     for part, start, logits in passes:  # logits [n, L, V] predict ids[part, start + 1 ..]
         L = logits.shape[1]
-        log_probs = torch.log_softmax(
-            logits.to(torch.promote_types(logits.dtype, torch.float32)), -1
-        )
+        z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+        # the lowest finite value rather than -inf: probability 0, and 0 * log 0 = 0 in entropy
+        z = z.masked_fill(~allowed_mask(z.shape[-1], device), torch.finfo(z.dtype).min)
+        log_probs = torch.log_softmax(z, -1)
         target = ids[part, start + 1 : start + 1 + L, None]
         logps.append(F.pad(log_probs.gather(-1, target).squeeze(-1), (start, T - 1 - start - L)))
         if with_entropy:
@@ -633,14 +643,19 @@ def policy_update(
     if reference is not None:
         with torch.no_grad():
             ref = sequence_logprobs(
-                reference, [chosen[i] for i in kl_at], [ids[i] for i in kl_at]
+                reference,
+                [chosen[i] for i in kl_at],
+                [ids[i] for i in kl_at],
+                temperature=cfg.temperature,
             ).logp
     a = adv[sel]
     budget = cfg.max_new_tokens + 1  # Dr. GRPO's constant: the longest a completion can be
     stats: dict[str, Any] = {}
     old, clip_fractions = None, []
     for epoch in range(cfg.update_epochs):
-        scored = sequence_logprobs(model, chosen, ids, with_entropy=epoch == 0)
+        scored = sequence_logprobs(
+            model, chosen, ids, with_entropy=epoch == 0, temperature=cfg.temperature
+        )
         logp, mask = scored.logp, scored.mask
         if epoch == 0:
             stats["entropy"] = float(scored.entropy.sum() / mask.sum().clamp_min(1))

@@ -77,17 +77,65 @@ def test_policy_loss_by_hand():
     assert float(k3_kl(logp, ref, mask)) == pytest.approx(math.exp(-0.1) + 0.1 - 1, rel=1e-4)
 
 
-def test_sequence_logprobs_match_one_at_a_time():
+@pytest.mark.parametrize("temperature", [1.0, 0.8])
+def test_sequence_logprobs_match_one_at_a_time(temperature):
+    """log pi of each token from a full pass over its own prefix: softmax(logits / T) over the
+    bytes and EOS (what generation may emit), nothing else."""
     model = tiny_model().double().eval()
     prompts = [tok.encode("def f(x):\n"), tok.encode("# a\ndef gg(y):\n")]
-    comps = [tok.encode("    return x\n"), tok.encode("  z")]
-    logp, mask, *_ = sequence_logprobs(model, prompts, comps)
+    comps = [tok.encode("    return x\n"), tok.encode("  z") + [tok.EOS]]
+    logp, mask, _, entropy = sequence_logprobs(
+        model, prompts, comps, with_entropy=True, temperature=temperature
+    )
+    emitted = [tok.EOS, *range(tok.BYTE_OFFSET, tok.TEXT_VOCAB_SIZE)]
     for i, (p, c) in enumerate(zip(prompts, comps, strict=True)):
         ids = torch.tensor([[tok.BOS, *p, *c]])
-        ref = torch.log_softmax(model(ids[:, :-1]).logits, -1)[0, len(p) :]
-        expected = ref.gather(-1, torch.tensor(c)[:, None]).squeeze(-1)
-        assert torch.allclose(logp[i][mask[i]], expected, atol=1e-10)
+        z = model(ids[:, :-1]).logits[0, len(p) :, emitted] / temperature
+        ref = torch.log_softmax(z, -1)
+        expected = ref.gather(-1, torch.tensor([emitted.index(t) for t in c])[:, None])
+        assert torch.allclose(logp[i][mask[i]], expected.squeeze(-1), atol=1e-10)
+        assert torch.allclose(entropy[i][mask[i]], -(ref.exp() * ref).sum(-1), atol=1e-10)
         assert int(mask[i].sum()) == len(c)
+
+
+def test_sequence_logprobs_are_what_generation_samples():
+    """The first token's frequencies over 40,000 draws of generation's own sampler at
+    temperature 0.5 fit exp(log pi) from scoring at 0.5 (chi-square, scipy), and the same draws
+    reject the untempered distribution (so the check can tell them apart)."""
+    from scipy.stats import chisquare
+
+    from glmflash.generate import allowed_mask, sample_next
+
+    model = tiny_model().eval()
+    with torch.no_grad():
+        model.final_norm.weight.mul_(5)  # logits spread enough for the temperature to matter
+        prompt = tok.encode("def f(x):\n")
+        logits = model(torch.tensor([[tok.BOS, *prompt]])).logits[0, -1]
+        mask = allowed_mask(logits.shape[-1], logits.device)
+        draws = sample_next(
+            logits.masked_fill(~mask, float("-inf")).expand(40_000, -1),
+            0.5,
+            1.0,
+            torch.Generator().manual_seed(1),
+        )
+        counts = torch.bincount(draws, minlength=logits.shape[-1]).double()
+        firsts = mask.nonzero().flatten().tolist()
+
+        def p_value(temperature: float) -> float:
+            scored = sequence_logprobs(
+                model, [prompt] * len(firsts), [[t] for t in firsts], temperature=temperature
+            )
+            pi = scored.logp[scored.mask].double().exp()  # one scored token a row
+            assert float(pi.sum()) == pytest.approx(1.0, abs=1e-5)
+            expected, observed = pi * len(draws), counts[firsts]
+            big = expected >= 5  # the rare tokens (if any) pooled into one bin
+            pooled = [] if big.all() else [~big]
+            f_exp = torch.stack([expected[b].sum() for b in [*big.nonzero(), *pooled]])
+            f_obs = torch.stack([observed[b].sum() for b in [*big.nonzero(), *pooled]])
+            return float(chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue)
+
+        assert p_value(0.5) > 1e-3
+        assert p_value(1.0) < 1e-6
 
 
 def assert_scored_alike(model, prompts, comps, first: dict, second: dict) -> None:
