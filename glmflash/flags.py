@@ -21,7 +21,7 @@ import argparse
 import dataclasses
 import json
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -49,6 +49,17 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _tuple_parser(kind: Any) -> Callable[[str], tuple]:
+    """The parser of "a,b,..." for a field of type tuple[X, ...]: each part converted to X."""
+    item = typing.get_args(kind)[0]
+
+    def parse(text: str) -> tuple:
+        return tuple(item(part) for part in _names(text))
+
+    parse.__name__ = f"list of {item.__name__}"  # argparse names it in its error
+    return parse
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser | Any, cls: type, skip: Sequence[str] = ()
 ) -> None:
@@ -65,7 +76,7 @@ def add_config_flags(
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(kind) is tuple:
-            kwargs.update(type=_names, metavar="A,B,...")
+            kwargs.update(type=_tuple_parser(kind), metavar="A,B,...")
         else:
             kwargs.update(type=kind, choices=f.metadata.get("choices"))
         parser.add_argument(flag_name(f.name), dest=f.name, **kwargs)
@@ -87,12 +98,11 @@ def parse_setting(kind: Any, text: str) -> Any:
         if text.lower() not in ("true", "false"):
             raise ValueError(f"expected true or false, got {text!r}")
         return text.lower() == "true"
-    if typing.get_origin(kind) is tuple:
-        return _names(text)
+    parse = _tuple_parser(kind) if typing.get_origin(kind) is tuple else kind
     try:
-        return kind(text)
+        return parse(text)
     except ValueError:
-        raise ValueError(f"expected {kind.__name__}, got {text!r}") from None
+        raise ValueError(f"expected {parse.__name__}, got {text!r}") from None
 
 
 def split_setting(item: str) -> tuple[str, str]:
@@ -176,7 +186,7 @@ def _field_names(config: Any) -> list[str]:
 
 
 def _shown(value: Any) -> str:
-    return ",".join(value) if isinstance(value, tuple) else str(value)
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 __all__ = [

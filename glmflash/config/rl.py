@@ -32,6 +32,12 @@ class RLConfig:
         ("increment", "double", "even"), "seed families trained (the reference lab's three)"
     )
     ladder_share: float = setting(0.5, "share of the groups drawn from the ladder's RL structures")
+    ladder_depths: tuple[int, ...] = setting(
+        (2, 3),
+        "depths of the ladder's RL structures drawn (the group holds 63 of depth 2 and 1,000 of "
+        "depth 3); 2 alone is the composition study's setup: RL on depth-2 compositions of "
+        "primitives the base writes, each structure met several times, depth 3 left to transfer",
+    )
     groups: int = setting(96, "tasks in the run, each one group of group_size completions")
     group_size: int = setting(16, "completions sampled per task (the leave-one-out group)")
     tasks_per_step: int = setting(4, "groups batched into one optimizer step")
@@ -128,6 +134,8 @@ class RLConfig:
         check_setting_choices(self)
         if not 0 <= self.ladder_share <= 1:
             raise ValueError(f"ladder share must be in [0, 1], got {self.ladder_share}")
+        if not self.ladder_depths or not set(self.ladder_depths) <= {2, 3}:
+            raise ValueError(f"ladder depths must be among 2, 3, got {self.ladder_depths}")
         unknown = [f for f in self.families if f not in FAMILIES]
         if unknown or (not self.families and self.ladder_share < 1):
             raise ValueError(

@@ -481,11 +481,15 @@ def rung_structures(rung: str) -> tuple[Structure, ...]:
 # ---------------------------------------------------------------------------- task sets
 
 
-def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
-    """`n` tasks of `rung` named from `split`: the rung's structures in a shuffled cycle, so
-    every structure is used before any repeats; distinct names."""
+def rung_tasks(
+    rung: str, split: str, n: int, seed: int = 0, depths: tuple[int, ...] | None = None
+) -> list[CodeTask]:
+    """`n` tasks of `rung` named from `split`: the rung's structures (those of `depths`, when
+    given) in a shuffled cycle, so every structure is used before any repeats; distinct names."""
     check_split(split)
-    pool = rung_structures(rung)
+    pool = [s for s in rung_structures(rung) if depths is None or s.depth in depths]
+    if not pool:
+        raise ValueError(f"rung {rung!r} has no structures of depth {depths}")
     rng = rng_for("ladder", rung, split, seed)
     order = list(pool)
     rng.shuffle(order)
@@ -506,9 +510,11 @@ def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
     return out
 
 
-def rl_ladder_tasks(split: str, n: int, seed: int = 0) -> list[CodeTask]:
+def rl_ladder_tasks(
+    split: str, n: int, seed: int = 0, depths: tuple[int, ...] | None = None
+) -> list[CodeTask]:
     """The tasks RL trains (split "rl") and selects checkpoints (split "dev") on."""
-    return rung_tasks("rl_only", split, n, seed)
+    return rung_tasks("rl_only", split, n, seed, depths)
 
 
 def ladder_document(index: int, seed: int, split: str = "train", constants: str = "task") -> str:

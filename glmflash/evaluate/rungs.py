@@ -26,6 +26,9 @@ SEED_RUNGS = {
     "seed_misleading_names": "misleading",
 }  # rung -> name style
 RUNGS: tuple[str, ...] = (*ladder.RUNGS, *SEED_RUNGS)
+# Rungs cut to one depth, read on request (not in `all`): rl_only_depth2 is the structures RL
+# trains on when its ladder_depths is 2 alone (rl_only is 94% depth 3).
+DEPTH_SLICES = {"rl_only_depth2": ("rl_only", (2,))}
 HELDOUT_RUNGS = ("depth1_heldout_phrasings", "unseen_depth2", "unseen_depth3")
 # The competence bar: the ladder has headroom for RL once the model writes half of the depth-1
 # tasks and leaves the floor on every held-out rung (rung -> comparison, share of its tasks).
@@ -52,11 +55,11 @@ def parse_rungs(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
         return RUNGS
     names = tuple(r.strip() for r in text.split(",") if r.strip())
-    unknown = [r for r in names if r not in RUNGS]
+    unknown = [r for r in names if r not in RUNGS and r not in DEPTH_SLICES]
     if unknown or not names:
         raise ValueError(
             f"unknown rung {', '.join(unknown) or '(none given)'}; choose from "
-            f"all, {', '.join(RUNGS)}"
+            f"all, {', '.join((*RUNGS, *DEPTH_SLICES))}"
         )
     return names
 
@@ -65,8 +68,11 @@ def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
     """`n` tasks of `rung` with function names of `split` (confirm for reports)."""
     if rung in SEED_RUNGS:
         return interleaved_tasks(split, FAMILIES, n, seed, SEED_RUNGS[rung])
+    if rung in DEPTH_SLICES:
+        whole, depths = DEPTH_SLICES[rung]
+        return ladder.rung_tasks(whole, split, n, seed, depths)
     if rung not in RUNGS:
-        raise ValueError(f"unknown rung {rung!r}; choose from {', '.join(RUNGS)}")
+        raise ValueError(f"unknown rung {rung!r}; choose from {', '.join((*RUNGS, *DEPTH_SLICES))}")
     return ladder.rung_tasks(rung, split, n, seed)
 
 

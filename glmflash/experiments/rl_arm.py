@@ -62,7 +62,7 @@ def train_and_evaluate(config: dict[str, Any], seed: int, rungs: Sequence[str]) 
         model, _ = ckpt.load_model(init)
     else:
         cfg = RLConfig(
-            **{**c, "families": tuple(c["families"])},
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()},  # from JSON
             seed=seed,
             eval_every=c["groups"],
             dev_per_family=1,

@@ -26,11 +26,14 @@ metric `unseen` is the mean of the two unseen rungs.
 checkpoint itself and the arm after training (edge_all unless --set says otherwise), 64
 samples of 16 tasks per rung, pass@k at every k up to 64 (`evaluate.pass_curve`).
 
-`rl-remedies` screens, on dev, what the composition study's near-null points at: edge_all
-with the sampler weight that targets a group with spread (1 - p^G - (1 - p)^G) instead of the
-reward variance, the same with old rollouts discounted (the estimates follow the policy), and
-edge_all trained four times as long (the study's 192 groups are ~48 updates; f(g(x)) ran
-~700).
+`rl-remedies` screens, on dev, what the composition study's near-null points at. Its RL
+structures were 94% depth 3 (the RL group holds 63 structures of depth 2 and 1,000 of depth
+3), each met once, and depth 3 is where the base almost never passes: f(g(x)) trains on
+depth-2 compositions and leaves depth 3 to transfer. So: edge_all on the depth-2 RL structures
+alone (`ladder_depths` 2: each structure met about 1.5 times in 96 ladder groups), the same
+twice as long, and the same with the sampler weight that targets a group with spread
+(1 - p^G - (1 - p)^G) and old rollouts discounted (the estimates follow the policy). Its rungs
+add the trained structures themselves (`rl_only_depth2`).
 
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
@@ -71,9 +74,9 @@ EDGE = {"sampler": "edge", "edge_probe": 2}
 ALL = {"scope": "all", "lr": ALL_LR}
 
 
-def run(config: dict[str, Any], seed: int) -> dict[str, Any]:
+def run(config: dict[str, Any], seed: int, rungs: tuple[str, ...] = RUNGS) -> dict[str, Any]:
     """One arm with this seed; `unseen` is the mean of the two unseen rungs."""
-    rates = train_and_evaluate(config, seed, RUNGS)
+    rates = train_and_evaluate(config, seed, rungs)
     return {**rates, "unseen": (rates["unseen_depth2"] + rates["unseen_depth3"]) / 2}
 
 
@@ -162,32 +165,40 @@ PASSK_CURVES = register(
     )
 )
 
-SPREAD = {"edge_weight": "spread"}
+
+def run_remedy(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """`run` with the trained depth-2 structures read too."""
+    return run(config, seed, REMEDY_RUNGS)
+
+
+SPREAD = {"edge_weight": "spread", "edge_discount": 0.9}
 DEV_EDGE_ALL = {**BASE, **EDGE, **ALL, "split": "dev"}
+DEPTH2 = {**DEV_EDGE_ALL, "ladder_depths": [2]}
+REMEDY_RUNGS = (*RUNGS, "rl_only_depth2")
 REMEDIES = register(
     Experiment(
         name="rl-remedies",
         description=(
-            "edge_all, its sampler weighting the chance of a group with spread (and "
-            "discounting old rollouts), and edge_all four times as long, from one checkpoint "
-            "(--set init=CKPT); dev split."
+            "edge_all against the same on the depth-2 RL structures alone, twice as long, and "
+            "with the sampler weighting the chance of a group with spread (old rollouts "
+            "discounted), from one checkpoint (--set init=CKPT); dev split."
         ),
         conditions={
             "base": {**BASE, "split": "dev", "train": False},
             "edge_all": DEV_EDGE_ALL,
-            "spread": {**DEV_EDGE_ALL, **SPREAD},
-            "spread_discount": {**DEV_EDGE_ALL, **SPREAD, "edge_discount": 0.9},
-            "long": {**DEV_EDGE_ALL, "groups": 4 * BASE["groups"]},
+            "depth2": DEPTH2,
+            "depth2_long": {**DEPTH2, "groups": 2 * BASE["groups"]},
+            "depth2_spread": {**DEPTH2, **SPREAD},
         },
         seeds=(1, 2),  # a screen: a winner is confirmed with 8+ seeds on confirm
-        run=run,
+        run=run_remedy,
         metric="unseen",
-        secondary=SECONDARY,
+        secondary=(*SECONDARY, "rl_only_depth2"),
         comparisons=[
             ("base", "edge_all"),
-            ("edge_all", "spread"),
-            ("spread", "spread_discount"),
-            ("edge_all", "long"),
+            ("edge_all", "depth2"),
+            ("depth2", "depth2_long"),
+            ("depth2", "depth2_spread"),
         ],
         quick=QUICK,
         quick_seeds=(1,),

@@ -222,7 +222,7 @@ def rl_tasks(cfg: RLConfig) -> list[CodeTask]:
     n_ladder = round(cfg.groups * cfg.ladder_share)
     parts = [
         interleaved_tasks("rl", cfg.families, cfg.groups - n_ladder, cfg.seed),
-        ladder.rl_ladder_tasks("rl", n_ladder, cfg.seed),
+        ladder.rl_ladder_tasks("rl", n_ladder, cfg.seed, cfg.ladder_depths),
     ]
     keyed = [
         ((i + 0.5) / len(part), j, t) for j, part in enumerate(parts) for i, t in enumerate(part)
@@ -234,7 +234,7 @@ def dev_tasks(cfg: RLConfig) -> list[CodeTask]:
     """Checkpoint selection's tasks: dev names of the trained families and RL structures."""
     out = tasks("dev", cfg.families, per_family=cfg.dev_per_family, seed=cfg.seed)
     if cfg.ladder_share > 0:
-        out += ladder.rl_ladder_tasks("dev", cfg.dev_ladder, cfg.seed)
+        out += ladder.rl_ladder_tasks("dev", cfg.dev_ladder, cfg.seed, cfg.ladder_depths)
     return out
 
 

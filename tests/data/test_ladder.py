@@ -299,3 +299,20 @@ def test_unknown_rung_and_split_are_refused():
         L.rung_tasks("depth4", "confirm", 3)
     with pytest.raises(ValueError, match="unknown split"):
         L.rung_tasks("depth1", "test", 3)
+
+
+def test_rung_tasks_of_chosen_depths_and_the_rl_depth2_slice():
+    """A depth filter draws only structures of those depths (refusing an empty pool); the
+    evaluation slice rl_only_depth2 is the same draw, and parse_rungs accepts it outside `all`."""
+    from glmflash.evaluate import rungs as R
+
+    depth2 = {s.name for s in L.structures("rl", 2)}
+    todo = L.rung_tasks("rl_only", "confirm", 70, seed=1, depths=(2,))
+    assert {t.family for t in todo} == depth2
+    assert [t.prompt for t in R.rung_tasks("rl_only_depth2", "confirm", 70, 1)] == [
+        t.prompt for t in todo
+    ]
+    assert R.parse_rungs("rl_only_depth2,unseen_depth2") == ("rl_only_depth2", "unseen_depth2")
+    assert "rl_only_depth2" not in R.parse_rungs("all")
+    with pytest.raises(ValueError, match="no structures of depth"):
+        L.rung_tasks("depth1", "confirm", 3, depths=(2,))

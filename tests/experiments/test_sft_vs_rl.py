@@ -30,7 +30,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-algorithms", 4),
         ("rl-composition", 5),
         ("rl-passk", 2),
-    ],  # rl-remedies' arms are rl-composition's with sampler settings test_rl runs end to end
+    ],  # rl-remedies' arms are rl-composition's with settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
     """The ladder experiments (they share rl_arm) on the tiny model, one seed."""
@@ -162,8 +162,8 @@ def test_composition_arms_differ_in_what_they_name():
     r = registry.get("rl-remedies").conditions
     edge_all = {**c["edge_all"], "split": "dev"}
     assert r["edge_all"] == edge_all and {v["split"] for v in r.values()} == {"dev"}
-    assert r["spread"] == {**edge_all, "edge_weight": "spread"}
-    assert r["spread_discount"] == {**r["spread"], "edge_discount": 0.9}
-    assert r["long"] == {**edge_all, "groups": 4 * edge_all["groups"]}
+    assert r["depth2"] == {**edge_all, "ladder_depths": [2]}
+    assert r["depth2_long"] == {**r["depth2"], "groups": 2 * edge_all["groups"]}
+    assert r["depth2_spread"] == {**r["depth2"], "edge_weight": "spread", "edge_discount": 0.9}
     for arm in r.values():  # every arm's settings are valid RL settings
         RLConfig(**{k: v for k, v in arm.items() if k in RL_FIELDS})

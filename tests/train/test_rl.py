@@ -920,3 +920,27 @@ def test_edge_pool_rebuilds_discounted_counts_from_the_run_files(tmp_path):
     for i, t in enumerate(edge.tasks):
         passes, trials = expected.get(t.name, (0, 0))
         assert (edge.sampler.passes[i], edge.sampler.trials[i]) == pytest.approx((passes, trials))
+
+
+def test_ladder_depths_restrict_the_rl_and_dev_tasks_and_reach_the_cli():
+    """ladder_depths 2: every ladder task RL trains and selects on is a depth-2 RL structure,
+    all 63 of them before any repeats; the flag parses to integers; other depths are refused."""
+    depth2 = {s.name for s in ladder.structures("rl", 2)}
+    assert len(depth2) == 63  # the count the setting's help states
+    cfg = RLConfig(groups=80, ladder_share=1.0, families=(), ladder_depths=(2,))
+    order = rl_tasks(cfg)
+    assert {t.family for t in order} == depth2  # 80 tasks cycle all 63 structures
+    mixed = rl_tasks(RLConfig(groups=80, ladder_share=1.0, families=()))
+    assert sum(t.family in depth2 for t in mixed) < 20  # the default: mostly depth 3
+    dev = dev_tasks(RLConfig(ladder_depths=(2,), dev_per_family=1, dev_ladder=30))
+    assert all(t.family in depth2 for t in dev if t.family not in ("increment", "double", "even"))
+    assert all(split_of_name(t.name) == "dev" for t in dev)
+    from glmflash.flags import parse_setting
+
+    assert parse_setting(tuple[int, ...], "2") == (2,)
+    assert parse_setting(tuple[int, ...], "2, 3") == (2, 3)
+    with pytest.raises(ValueError, match="expected list of int"):
+        parse_setting(tuple[int, ...], "two")
+    for bad in ((), (1, 2), (4,)):
+        with pytest.raises(ValueError, match="ladder depths"):
+            RLConfig(ladder_depths=bad)
