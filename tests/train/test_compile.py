@@ -27,14 +27,20 @@ RUN = dict(
 )
 
 
-def run(tmp_path, name: str, **overrides) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    pretrain(PretrainConfig(**{**RUN, **overrides}), tmp_path / name, device="cpu")
+def run(
+    tmp_path, name: str, model: dict | None = None, **overrides
+) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    pretrain(
+        PretrainConfig(**{**RUN, **overrides}), tmp_path / name, device="cpu", model_overrides=model
+    )
     rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").open()]
     return rows, load_file(str(checkpoint_dirs(tmp_path / name)[-1] / "model.safetensors"))
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_compiled_blocks_train_as_the_eager_model(tmp_path, monkeypatch, optimizer):
+@pytest.mark.parametrize(
+    "optimizer, linear_kind", [("adamw", "elu"), ("muon", "elu"), ("adamw", "delta")]
+)
+def test_compiled_blocks_train_as_the_eager_model(tmp_path, monkeypatch, optimizer, linear_kind):
     from torch._dynamo.utils import counters
 
     graphs_during_eval = []
@@ -50,10 +56,11 @@ def test_compiled_blocks_train_as_the_eager_model(tmp_path, monkeypatch, optimiz
     # Newton-Schulz in fp32: in bf16 its rounding turns float-level differences of the
     # gradient into different updates, in eager and compiled runs alike
     monkeypatch.setattr(machine, "fast_matmul_dtype", lambda device: torch.float32)
-    eager_rows, eager_weights = run(tmp_path, "eager", optimizer=optimizer)
+    model = {"linear_kind": linear_kind}
+    eager_rows, eager_weights = run(tmp_path, "eager", model, optimizer=optimizer)
     torch._dynamo.reset()
     counters.clear()
-    rows, weights = run(tmp_path, "compiled", optimizer=optimizer, compile="blocks")
+    rows, weights = run(tmp_path, "compiled", model, optimizer=optimizer, compile="blocks")
     assert counters["stats"]["unique_graphs"] > 0  # the blocks did compile
     assert graphs_during_eval == [0, 0]  # evaluation ran eagerly
     for a, b in zip(eager_rows, rows, strict=True):
