@@ -9,8 +9,8 @@
 #    its report sets ALL_LR in glmflash/experiments/rl_composition.py (by hand).
 # 2. composition: the checkpoint and four arms, 8 paired seeds, the confirm split opened once.
 # 3. passk: pass@k for k = 1..64 of the checkpoint and of the winning arm, 16 tasks per rung.
-# 4. remedies: edge_all against its sampler weighting the chance of a group with spread (and
-#    discounting old rollouts) and against four times the groups; dev split, seeds 1-2.
+# 4. remedies: edge_all against the same on the depth-2 RL structures alone, twice as long,
+#    and with the spread weight and discounted counts; dev split, seeds 1-2.
 set -euo pipefail
 PIPELINE=${PIPELINE:-runs/pipeline}
 CKPT=${CKPT:-$(python3 -c "import json; print(json.load(open('$PIPELINE/pretrain/stage.json'))['selected'])")}
