@@ -43,7 +43,7 @@ def other_value(field: dataclasses.Field, kind):
         value = next(c for c in field.metadata["choices"] if c != d)
     elif isinstance(d, tuple):
         value = d[1:] or ("double",)
-        return value, [flag_name(field.name), ",".join(value)]
+        return value, [flag_name(field.name), ",".join(map(str, value))]
     elif isinstance(d, int):
         value = d + 1
     elif isinstance(d, float):
