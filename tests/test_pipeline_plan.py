@@ -43,7 +43,7 @@ def another(f: dataclasses.Field, kind, value):
         new = next(c for c in f.metadata["choices"] if c != value)
         return new, new
     if isinstance(value, tuple):
-        return value[1:], ",".join(value[1:])
+        return value[1:], ",".join(map(str, value[1:]))
     if isinstance(value, int):
         return value + 1, str(value + 1)
     if isinstance(value, float):

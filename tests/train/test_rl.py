@@ -242,7 +242,7 @@ def test_ptx_adds_the_pretraining_loss():
     model.train()
     with torch.no_grad():
         ids = [c.sampled for c in comps]
-        logp, mask, *_ = sequence_logprobs(model, prompts, ids)
+        logp, mask, *_ = sequence_logprobs(model, prompts, ids, temperature=cfg.temperature)
         expected = float(policy_surrogate(logp, mask, adv.float()).loss + 0.5 * model(x, y).loss)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-3)
@@ -304,8 +304,12 @@ def test_kl_figure_from_a_few_completions_unless_penalised(kl, rows, expected, m
     assert seen == [len(at)]
     bodies = [c.sampled for c in comps]
     with torch.no_grad():
+        T = cfg.temperature  # both policies as the rollouts were drawn
         figures = [
-            (score(model, [prompts[i]], [bodies[i]]), score(reference, [prompts[i]], [bodies[i]]))
+            (
+                score(model, [prompts[i]], [bodies[i]], temperature=T),
+                score(reference, [prompts[i]], [bodies[i]], temperature=T),
+            )
             for i in at
         ]
     kl_sum = sum(float(k3_kl(p.logp, r.logp, p.mask) * p.mask.sum()) for p, r in figures)
@@ -504,7 +508,7 @@ def test_ppo_epochs_at_rest_have_the_plain_gradient():
     assert stats["clip_fraction"] == 0.0 and stats["grad_norm"] > 0
     model.zero_grad()
     ids = [c.sampled for c in comps]
-    logp, mask, *_ = sequence_logprobs(model, prompts, ids)
+    logp, mask, *_ = sequence_logprobs(model, prompts, ids, temperature=cfg.temperature)
     expected = -sum(a * logp[i][mask[i]].mean() for i, a in enumerate(adv.tolist())) / 4
     expected.backward()
     for p, g in zip(params, got, strict=True):
@@ -597,7 +601,8 @@ def test_sft_step_lowers_the_reference_bodies_loss():
 
 def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     """Mixed zero and non-zero advantages, completions ended by EOS, by a dedent, by the
-    length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N
+    length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N (pi: the
+    rollouts' policy, softmax(logits / temperature) over bytes and EOS)
     completions, y_i the body plus the token that ended it (EOS or the dedenting byte; none at
     the length limit), each computed on its own: an empty completion still has its stop."""
     model = tiny_model(3).double()
@@ -625,11 +630,16 @@ def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     got = [p.grad.clone() for p in params]
     model.zero_grad()
     expected = 0.0
+    emitted = [tok.EOS, *range(tok.BYTE_OFFSET, tok.TEXT_VOCAB_SIZE)]  # what generation emits
     for prompt, (text, _, stop_id, a) in zip(prompts, made, strict=True):
         scored = tok.encode(text) + ([] if stop_id is None else [stop_id])
         ids = torch.tensor([[tok.BOS, *prompt, *scored]])
-        logp = torch.log_softmax(model(ids[:, :-1]).logits[0], -1)
-        expected = expected - a * sum(logp[len(prompt) + t, y] for t, y in enumerate(scored)) / 5
+        z = model(ids[:, :-1]).logits[0][:, emitted] / RLConfig().temperature
+        logp = torch.log_softmax(z, -1)
+        expected = (
+            expected
+            - a * sum(logp[len(prompt) + t, emitted.index(y)] for t, y in enumerate(scored)) / 5
+        )
     expected.backward()
     assert loss == pytest.approx(float(expected.detach()), rel=1e-10)
     for p, g in zip(params, got, strict=True):
