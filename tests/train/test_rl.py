@@ -601,10 +601,10 @@ def test_sft_step_lowers_the_reference_bodies_loss():
 
 def test_policy_update_scores_the_sampled_tokens_and_averages_over_all():
     """Mixed zero and non-zero advantages, completions ended by EOS, by a dedent, by the
-    length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N (pi: the
-    rollouts' policy, softmax(logits / temperature) over bytes and EOS)
+    length limit: the loss and gradient are -(1/N) sum_i A_i log pi(y_i) over all N
     completions, y_i the body plus the token that ended it (EOS or the dedenting byte; none at
-    the length limit), each computed on its own: an empty completion still has its stop."""
+    the length limit), each computed on its own: an empty completion still has its stop. pi is
+    the rollouts' policy, softmax(logits / temperature) over bytes and EOS."""
     model = tiny_model(3).double()
     prompts = [
         tok.encode(p)
