@@ -29,6 +29,7 @@ RUNGS: tuple[str, ...] = (*ladder.RUNGS, *SEED_RUNGS)
 # Rungs cut to one depth, read on request (not in `all`): rl_only_depth2 is the structures RL
 # trains on when its ladder_depths is 2 alone (rl_only is 94% depth 3).
 DEPTH_SLICES = {"rl_only_depth2": ("rl_only", (2,))}
+KNOWN_RUNGS = (*RUNGS, *DEPTH_SLICES)  # every name a rung may be asked by
 HELDOUT_RUNGS = ("depth1_heldout_phrasings", "unseen_depth2", "unseen_depth3")
 # The competence bar: the ladder has headroom for RL once the model writes half of the depth-1
 # tasks and leaves the floor on every held-out rung (rung -> comparison, share of its tasks).
@@ -55,11 +56,11 @@ def parse_rungs(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
         return RUNGS
     names = tuple(r.strip() for r in text.split(",") if r.strip())
-    unknown = [r for r in names if r not in RUNGS and r not in DEPTH_SLICES]
+    unknown = [r for r in names if r not in KNOWN_RUNGS]
     if unknown or not names:
         raise ValueError(
             f"unknown rung {', '.join(unknown) or '(none given)'}; choose from "
-            f"all, {', '.join((*RUNGS, *DEPTH_SLICES))}"
+            f"all, {', '.join(KNOWN_RUNGS)}"
         )
     return names
 
@@ -72,7 +73,7 @@ def rung_tasks(rung: str, split: str, n: int, seed: int = 0) -> list[CodeTask]:
         whole, depths = DEPTH_SLICES[rung]
         return ladder.rung_tasks(whole, split, n, seed, depths)
     if rung not in RUNGS:
-        raise ValueError(f"unknown rung {rung!r}; choose from {', '.join((*RUNGS, *DEPTH_SLICES))}")
+        raise ValueError(f"unknown rung {rung!r}; choose from {', '.join(KNOWN_RUNGS)}")
     return ladder.rung_tasks(rung, split, n, seed)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 from pathlib import Path
 
@@ -124,8 +125,7 @@ def main() -> None:
                 )
                 print(json.dumps({"step": s + 1, "eval": curve[-1]}), flush=True)
     result = {
-        "command": "python results/rl_edge/overfit.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None),
+        "command": " ".join(["python", *sys.argv]),
         "tasks": [
             {"name": t.name, "structure": t.family, "probe_rate": r}
             for t, r in zip(trained, probe, strict=True)
