@@ -11,13 +11,33 @@
 # 3. passk: pass@k for k = 1..64 of the checkpoint and of the winning arm, 16 tasks per rung.
 # 4. remedies: edge_all against the same on the depth-2 RL structures alone, twice as long,
 #    and with the spread weight and discounted counts; dev split, seeds 1-2.
+# 5. overfit: overfit.py on the whole model at 3e-5, seeds 1-2: 8 fixed tasks met 12 times each
+#    (24 updates), and a fresh instance of the same 8 structures at every meeting (48 updates,
+#    24 meetings a structure), each read on new instances of its structures and on 16 untrained
+#    ones; one process at a time, the machine's threads.
 set -euo pipefail
 PIPELINE=${PIPELINE:-runs/pipeline}
 CKPT=${CKPT:-$(python3 -c "import json; print(json.load(open('$PIPELINE/pretrain/stage.json'))['selected'])")}
 OUT=results/rl_edge
 studies=("$@")
 [ ${#studies[@]} -eq 0 ] && studies=(scope-lr composition passk)
+overfit() {  # seed, then overfit.py's own flags; the JSON is named by the flags
+    local seed=$1 tag=all_3e-5
+    shift
+    [[ " $* " == *" --fresh "* ]] && tag=fresh_all_3e-5
+    [ "$seed" != 1 ] && tag=${tag}_seed$seed
+    [ -f "$OUT/overfit_$tag.json" ] && return
+    python "$OUT/overfit.py" --init "$CKPT" --scope all --lr 3e-5 --seed "$seed" "$@" \
+        --out "$OUT/overfit_$tag.json"
+}
 for study in "${studies[@]}"; do
+    if [ "$study" = overfit ]; then
+        for seed in 1 2; do
+            overfit "$seed" --steps 24
+            overfit "$seed" --steps 48 --eval-every 16 --fresh --siblings 2
+        done
+        continue
+    fi
     resume=
     [ -d "$OUT/rl-$study/runs" ] && resume=--resume
     glmflash experiment "rl-$study" --out "$OUT" --workers 2 --set "init=$CKPT" $resume
