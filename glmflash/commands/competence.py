@@ -59,5 +59,6 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
     rows = update_table(out / TABLE, args.name, row)
     plot_table(rows, out / "tokens_to_bar.png")
-    print(json.dumps({"name": args.name, "seed": args.seed, "tokens_to_bar": row["tokens_to_bar"]}))
+    keys = ("tokens_to_bar", "tokens_to_margin")
+    print(json.dumps({"name": args.name, "seed": args.seed, **{k: row[k] for k in keys}}))
     return 0

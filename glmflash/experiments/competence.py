@@ -12,7 +12,10 @@ other budgets.
 
 Each budget's model gets the ladder on the dev split (the confirm split stays for the final
 report) and the teacher-forced loss of each rung's reference bodies (a smooth signal beside
-the counts). One row per (name, seed) goes to `table.json` in the output folder:
+the counts). The pipeline's budget needs more than clearing the bar once: `tokens_to_margin` is
+the first budget whose dev reading would miss the bar on a fresh confirm draw less than 5% of the
+time (`evaluate.rungs.miss_chance`). One row per (name, seed) goes to `table.json` in the output
+folder:
 
     glmflash competence --out results/competence --name baseline --budgets 80,160,240,320
     glmflash competence --out results/competence --name delta --budgets 80,160,240,320 \\
@@ -33,9 +36,10 @@ import torch
 
 from glmflash.checkpoint import load_model
 from glmflash.config import PretrainConfig
+from glmflash.config.evaluation import EvalConfig
 from glmflash.data import ladder
 from glmflash.evaluate.rungs import COMPETENCE_BAR as BAR
-from glmflash.evaluate.rungs import clears_bar, evaluate_rungs, rung_tasks
+from glmflash.evaluate.rungs import MARGIN, clears_bar, evaluate_rungs, miss_chance, rung_tasks
 from glmflash.model.lm import GLMFlash
 from glmflash.pipeline import resumable
 from glmflash.plots import pyplot, save
@@ -45,12 +49,22 @@ from glmflash.train.schedule import Schedule, decay_start
 
 RUNGS = (*ladder.RUNGS, "seed_neutral_names")  # the ladder, and one seed-family control
 TABLE = "table.json"
+CONFIRM_TASKS = EvalConfig().per_rung  # tasks per rung of the pipeline's confirm reading
 
 
 def tokens_to_bar(points: Sequence[dict[str, Any]], bar: dict = BAR) -> int | None:
     """The fewest tokens among the points (each {"tokens", "rungs"}) that clear the bar."""
     cleared = [p["tokens"] for p in points if clears_bar(p["rungs"], bar)]
     return min(cleared) if cleared else None
+
+
+def tokens_to_margin(
+    points: Sequence[dict[str, Any]], n: int = CONFIRM_TASKS, bar: dict = BAR
+) -> int | None:
+    """The fewest tokens among the points whose reading would miss the bar on a fresh draw of
+    `n` tasks per rung (the confirm reading) less than MARGIN of the time (`miss_chance`)."""
+    kept = [p["tokens"] for p in points if miss_chance(p["rungs"], n, bar) < MARGIN]
+    return min(kept) if kept else None
 
 
 @torch.no_grad()
@@ -133,9 +147,14 @@ def measure(
         points.insert(0, json.loads(point_file.read_text()))
         log(f"{budget} steps: {points[0]['rungs']}")
     record = json.loads((out / "stable" / RUN).read_text())
+    judged = set(bar) <= set(rungs)  # a margin needs every rung of the bar read
     return {
         "seed": cfg.seed,
         "tokens_to_bar": tokens_to_bar(points, bar),
+        "tokens_to_margin": tokens_to_margin(points, bar=bar) if judged else None,
+        "miss_chance": [float(miss_chance(p["rungs"], CONFIRM_TASKS, bar)) for p in points]
+        if judged
+        else None,  # per point: the chance a confirm reading at its budget misses the bar
         "tokens_per_s": summary.get("tokens_per_s"),
         "machine": record.get("machines", [{}])[0],
         "pretrain": cfg.to_dict(),

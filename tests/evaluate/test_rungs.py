@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,14 @@ from glmflash.data import ladder
 from glmflash.data.code_tasks import split_of_name
 from glmflash.evaluate import coding
 from glmflash.evaluate.coding import evaluate_tasks
-from glmflash.evaluate.rungs import RUNGS, evaluate_rungs, parse_rungs, rung_table, rung_tasks
+from glmflash.evaluate.rungs import (
+    RUNGS,
+    evaluate_rungs,
+    miss_chance,
+    parse_rungs,
+    rung_table,
+    rung_tasks,
+)
 from glmflash.generate import Completion
 from glmflash.model.lm import GLMFlash
 
@@ -103,3 +111,35 @@ def test_eval_command_per_rung_saves_every_record(tmp_path, capsys):
     assert "unknown rung depth9" in capsys.readouterr().err
     assert main([*args, "--k", "3"]) == 2  # k above samples = 2
     assert "k must be in [0, samples=2]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "reading, n",
+    [
+        ({"depth1": [100, 128], "unseen_depth3": [4, 128]}, 128),
+        ({"depth1": [20, 32], "unseen_depth3": [1, 32]}, 64),
+        ({"depth1": [60, 128], "unseen_depth3": [0, 128]}, 20),
+    ],
+)
+def test_miss_chance_against_drawing_the_model_and_the_confirm_reading(reading, n):
+    """A direct simulation of the predictive: draw each rung's rate from its posterior (uniform
+    prior), then a confirm count of n tasks; the bar is missed when any rung's line fails."""
+    bar = {"depth1": (">=", 0.5), "unseen_depth3": (">", 0.0)}
+    gen = np.random.default_rng(0)
+    draws = 200_000
+    holds = np.ones(draws, dtype=bool)
+    for rung, (op, share) in bar.items():
+        solved, tried = reading[rung]
+        counts = gen.binomial(n, gen.beta(1 + solved, 1 + tried - solved, draws)) / n
+        holds &= counts >= share if op == ">=" else counts > share
+    simulated = 1 - holds.mean()
+    assert miss_chance(reading, n, bar) == pytest.approx(simulated, abs=4e-3)
+
+
+def test_miss_chance_sits_on_the_bar_line():
+    """On the line: 7% of 100 tasks is 7 tasks, though 0.07 * 100 is 7.000000000000001 in
+    floating point, so a rate at 7% read from a huge sample misses about half the time."""
+    bar = {"unseen_depth2": (">=", 0.07)}
+    assert miss_chance({"unseen_depth2": [7_000, 100_000]}, 100, bar) < 0.5
+    assert miss_chance({"unseen_depth2": [100_000, 100_000]}, 100, bar) == pytest.approx(0.0)
+    assert miss_chance({"unseen_depth2": [0, 100_000]}, 100, bar) == pytest.approx(1.0)

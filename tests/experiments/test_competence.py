@@ -8,7 +8,13 @@ import pytest
 
 from glmflash.config import PretrainConfig
 from glmflash.experiments import competence
-from glmflash.experiments.competence import clears_bar, measure, tokens_to_bar, update_table
+from glmflash.experiments.competence import (
+    clears_bar,
+    measure,
+    tokens_to_bar,
+    tokens_to_margin,
+    update_table,
+)
 from glmflash.train.runlog import TrainError
 
 AT_BAR = {
@@ -48,6 +54,18 @@ def test_the_bar_holds_only_when_every_line_holds():
     assert tokens_to_bar(points[1:2]) is None
 
 
+def test_margin_asks_more_than_the_bar():
+    """A reading just at the bar clears it but would miss it on confirm about half the time;
+    the margin waits for the budget whose reading leaves a fresh draw little room to miss."""
+    at = {r: [k * 4, n * 4] for r, (k, n) in AT_BAR.items()}  # the same shares, 128 tasks
+    wide = {**at, "unseen_depth3": [10, 128], "depth1_heldout_phrasings": [38, 128]}
+    wide = {**wide, "unseen_depth2": [59, 128], "depth1": [120, 128]}
+    points = [{"tokens": 100, "rungs": at}, {"tokens": 200, "rungs": wide}]
+    assert tokens_to_bar(points) == 100
+    assert tokens_to_margin(points, n=128) == 200
+    assert tokens_to_margin(points[:1], n=128) is None
+
+
 def test_table_keeps_one_row_per_name_and_seed(tmp_path):
     path = tmp_path / "table.json"
     update_table(path, "a", {"seed": 0, "tokens_to_bar": None})
@@ -72,7 +90,8 @@ def test_a_tiny_harness_run_branches_and_evaluates_every_budget(tmp_path):
     )
     assert [p["steps"] for p in row["points"]] == [4, 8]
     assert [p["tokens"] for p in row["points"]] == [4 * 128, 8 * 128]
-    assert row["tokens_to_bar"] == 4 * 128
+    assert row["tokens_to_bar"] == row["tokens_to_margin"] == 4 * 128
+    assert row["miss_chance"] == pytest.approx([0.0, 0.0])  # nothing misses "depth1 >= 0"
     assert row["machine"]["cpu_capability"] and row["tokens_per_s"] > 0
     for p in row["points"]:
         assert set(p["rungs"]) == set(rungs) and all(n == 2 for _, n in p["rungs"].values())
