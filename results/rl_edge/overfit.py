@@ -133,7 +133,7 @@ def main() -> None:
     )
     curve = [{"step": 0, **reading(model, sets, args.seed + 1000)}]
     steps = []
-    print(json.dumps({k: v["sampled_rate"] for k, v in curve[-1].items()}), flush=True)
+    print(json.dumps({k: curve[-1][k]["sampled_rate"] for k in sets}), flush=True)
     with tempfile.TemporaryDirectory(prefix="rl-overfit-") as tmp:
         learner = make_learner(model, cfg, Path(tmp))
         for s in range(args.steps):
