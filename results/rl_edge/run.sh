@@ -3,6 +3,7 @@
 # pretrained checkpoint (CKPT, default: the one `glmflash pipeline --out $PIPELINE` selected,
 # PIPELINE=runs/pipeline), two single-threaded runs at a time; each study resumes where it
 # stopped.
+# SEEDS=1,2 runs those seeds instead of the experiment's own.
 #   bash results/rl_edge/run.sh [scope-lr|composition|passk|remedies] ...
 # 1. scope-lr: the edge sampler on the whole model at lr 1e-5, 3e-5, 1e-4 and on the last
 #    block and head at 1e-4, and the untrained checkpoint, dev split, seeds 1-2 (a screen);
@@ -40,5 +41,6 @@ for study in "${studies[@]}"; do
     fi
     resume=
     [ -d "$OUT/rl-$study/runs" ] && resume=--resume
-    glmflash experiment "rl-$study" --out "$OUT" --workers 2 --set "init=$CKPT" $resume
+    glmflash experiment "rl-$study" --out "$OUT" --workers 2 --set "init=$CKPT" $resume \
+        ${SEEDS:+--seeds "$SEEDS"}
 done
