@@ -35,6 +35,15 @@ twice as long, and the same with the sampler weight that targets a group with sp
 (1 - p^G - (1 - p)^G) and old rollouts discounted (the estimates follow the policy). Its rungs
 add the trained structures themselves (`rl_only_depth2`).
 
+`rl-structures` asks what the fresh-instance overfit check (results/rl_edge/overfit.py: 8
+structures met 24 times each lift new instances of themselves, untrained structures stay flat)
+says for the whole pool: every one of the 63 depth-2 RL structures met MEETINGS times, each time
+a new instance (new constants, arguments, phrasing, name), on the whole model at ALL_LR, tasks
+in the ladder's shuffled cycle (no sampler: every structure its share), nothing else trained.
+Read on the confirm split, 64 tasks a rung: the trained structures (`rl_only_depth2`), the
+unseen rungs (does a structure learnt carry to compositions never met?), and the seed families
+RL no longer trains (are they kept?).
+
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
 split; its `rollouts_per_s` says what training the whole model costs.
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from glmflash.data import ladder
 from glmflash.experiments.registry import Experiment, register
 from glmflash.experiments.rl_arm import QUICK, train_and_evaluate
 
@@ -200,6 +210,40 @@ REMEDIES = register(
             ("depth2", "depth2_long"),
             ("depth2", "depth2_spread"),
         ],
+        quick=QUICK,
+        quick_seeds=(1,),
+    )
+)
+
+
+MEETINGS = 16  # overfit --fresh: most of the gain by 16 meetings (0.41 -> 0.57 of 0.59 at 24)
+DEPTH2_STRUCTURES = len(ladder.structures("rl", 2))  # 63: the ladder's RL group at depth 2
+STRUCTURES_READ = {"split": "confirm", "per_rung": 64}  # each rung's tasks cover its structures
+STRUCTURES = register(
+    Experiment(
+        name="rl-structures",
+        description=(
+            "Every depth-2 RL structure met 16 times, a new instance each time, on the whole "
+            "model, from one checkpoint (--set init=CKPT): the trained structures, the unseen "
+            "rungs and the seed families on confirm, 64 tasks a rung."
+        ),
+        conditions={
+            "base": {**BASE, **STRUCTURES_READ, "train": False},
+            "fresh16": {
+                **BASE,
+                **ALL,
+                **STRUCTURES_READ,
+                "families": [],
+                "ladder_share": 1.0,
+                "ladder_depths": [2],
+                "groups": MEETINGS * DEPTH2_STRUCTURES,
+            },
+        },
+        seeds=tuple(range(1, 9)),
+        run=run_remedy,
+        metric="rl_only_depth2",
+        secondary=(*SECONDARY, "unseen"),
+        comparisons=[("base", "fresh16")],
         quick=QUICK,
         quick_seeds=(1,),
     )

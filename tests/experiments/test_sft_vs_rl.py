@@ -30,6 +30,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-algorithms", 4),
         ("rl-composition", 5),
         ("rl-passk", 2),
+        ("rl-structures", 2),
     ],  # rl-remedies' arms are rl-composition's with settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
@@ -167,3 +168,26 @@ def test_composition_arms_differ_in_what_they_name():
     assert r["depth2_spread"] == {**r["depth2"], "edge_weight": "spread", "edge_discount": 0.9}
     for arm in r.values():  # every arm's settings are valid RL settings
         RLConfig(**{k: v for k, v in arm.items() if k in RL_FIELDS})
+
+
+def test_structures_arm_meets_every_depth2_rl_structure_equally_with_new_instances():
+    """rl-structures' arm: each of the 63 depth-2 RL structures MEETINGS times, never the same
+    task twice, nothing else; and its rung read includes the trained structures."""
+    from collections import Counter
+
+    from glmflash.data import ladder
+    from glmflash.experiments.rl_composition import MEETINGS, REMEDY_RUNGS
+    from glmflash.train.rl import rl_tasks
+
+    exp = registry.get("rl-structures")
+    arm = exp.conditions["fresh16"]
+    assert arm["scope"] == "all" and arm["split"] == "confirm" and len(exp.seeds) >= 8
+    assert exp.conditions["base"]["train"] is False and exp.metric == "rl_only_depth2"
+    cfg = RLConfig(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in arm.items() if k in RL_FIELDS}
+    )
+    order = rl_tasks(cfg)
+    depth2 = {s.name for s in ladder.structures("rl", 2)}
+    assert Counter(t.family for t in order) == dict.fromkeys(depth2, MEETINGS)
+    assert len({t.name for t in order}) == len(order)  # a new instance at every meeting
+    assert "rl_only_depth2" in REMEDY_RUNGS
