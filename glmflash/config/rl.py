@@ -11,6 +11,7 @@ from glmflash.flags import check_setting_choices, setting
 SCOPES = ("last-block-head", "last-block", "all")
 SAMPLERS = ("uniform", "edge")
 EDGE_WEIGHTS = ("variance", "spread")  # train.task_sampler
+EDGE_ESTIMATES = ("task", "structure")
 OBJECTIVES = ("rloo", "sft")
 REWARDS = ("binary", "partial")
 ADVANTAGES = ("rloo", "grpo", "dr_grpo", "rft")
@@ -115,6 +116,14 @@ class RLConfig:
         "sampler edge: factor on every counted rollout at each step (1: all count alike; 0.9 "
         "remembers about 10 steps), so the estimates follow the policy as it trains",
     )
+    edge_estimate: str = setting(
+        "task",
+        "sampler edge: whose rollouts a task's pass-rate estimate counts: its own (task), or "
+        "every rollout of its structure (structure: a ladder structure, or a seed family), so a "
+        "new instance starts from what its structure has shown and a structure always solved "
+        "sinks to the floor after a few groups",
+        EDGE_ESTIMATES,
+    )
     edge_probe: int = setting(
         0,
         "sampler edge: samples of every pool task drawn before training to start the pass-rate "
@@ -181,6 +190,7 @@ class RLConfig:
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
+    "EDGE_ESTIMATES",
     "EDGE_WEIGHTS",
     "OBJECTIVES",
     "SAMPLERS",

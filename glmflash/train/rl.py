@@ -332,13 +332,15 @@ def edge_pool(learner: Learner, pool: list[CodeTask], start: int) -> EdgePool:
     """The edge sampler over `pool` (rl_tasks: the ladder's RL structures and the seed
     families), its counts rebuilt from the run's files: the probe (drawn afresh when the run
     starts at group 0) and the rollouts up to `start`, so a resumed run draws as the
-    uninterrupted one does."""
+    uninterrupted one does. edge_estimate structure keys the counts by `task.family` (the
+    ladder structure or seed family), so a structure's instances share one estimate."""
     out, cfg = learner.out, learner.cfg
     if start == 0:
         (out / PROBE).unlink(missing_ok=True)
         if cfg.edge_probe > 0:
             probe(learner, pool, out / PROBE)
-    sampler = EdgeSampler(len(pool), weight=cfg.edge_weight, group_size=cfg.group_size)
+    keys = [t.family for t in pool] if cfg.edge_estimate == "structure" else None
+    sampler = EdgeSampler(len(pool), weight=cfg.edge_weight, group_size=cfg.group_size, keys=keys)
     index = {(t.family, t.name): i for i, t in enumerate(pool)}
     for r in read_jsonl(out / PROBE):
         sampler.record(index[r["family"], r["task"]], int(r["status"] == "pass"), 1)

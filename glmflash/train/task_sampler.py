@@ -27,6 +27,13 @@ With a discount gamma < 1 (`EdgeSampler.discount`, once per step), old rollouts 
 after k more steps a rollout weighs gamma^k, so the estimates follow the policy as it moves
 (an effective memory of 1 / (1 - gamma) steps).
 
+Tasks may share their counts (`keys`): every instance of one ladder structure, or of one seed
+family, counts toward a single estimate, so a task never drawn starts from what its structure
+has shown, and a structure always solved sinks to the floor after a few groups instead of each
+of its instances starting at 1/2 (online difficulty filtering, Bae et al. 2025, keeps a pass
+rate per prompt; here the structure is what a pass rate belongs to: its instances differ only
+in constants, names and phrasing).
+
 Dynamic sampling (DAPO, Yu et al. 2025; `EdgeSampler.fill`): the groups of a step without
 reward spread are dropped and replaced by new draws, up to a stated number of extra groups per
 step, so that the step trains on groups that carry a gradient. The class is bookkeeping only:
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import NamedTuple
 
 from glmflash.config.rl import EDGE_WEIGHTS
@@ -73,10 +80,17 @@ def beta_moment(a: float, b: float, k: int) -> float:
 
 class EdgeSampler:
     """Pass counts of a pool of `size` tasks (by index) and the draws they weight: `weight`
-    variance or spread (for groups of `group_size`), as the module says."""
+    variance or spread (for groups of `group_size`), as the module says. `keys` (one per task)
+    pools the counts of the tasks that share a key; without it every task counts alone.
+    `passes` and `trials` are per key, in order of first appearance (per task without keys)."""
 
     def __init__(
-        self, size: int, floor: float = FLOOR, weight: str = "variance", group_size: int = 16
+        self,
+        size: int,
+        floor: float = FLOOR,
+        weight: str = "variance",
+        group_size: int = 16,
+        keys: Sequence[Hashable] | None = None,
     ) -> None:
         if size < 1 or floor <= 0:
             raise ValueError(f"a pool needs tasks and a positive floor, got {size}, {floor}")
@@ -85,21 +99,27 @@ class EdgeSampler:
                 f"weight must be one of {EDGE_WEIGHTS} and groups of 2 or more, got {weight!r}, "
                 f"{group_size}"
             )
-        self.passes: list[float] = [0] * size
-        self.trials: list[float] = [0] * size
+        if keys is not None and len(keys) != size:
+            raise ValueError(f"one key per task: got {len(keys)} keys for {size} tasks")
+        ids: dict[Hashable, int] = {}
+        self.key = [ids.setdefault(k, len(ids)) for k in keys] if keys else list(range(size))
+        n = len(ids) if keys else size
+        self.passes: list[float] = [0] * n
+        self.trials: list[float] = [0] * n
         self.floor = floor
         self.weight = weight
         self.group_size = group_size
 
     def __len__(self) -> int:
-        return len(self.trials)
+        return len(self.key)
 
     def record(self, index: int, passes: int, trials: int) -> None:
-        """Count `trials` more rollouts of task `index`, `passes` of which passed."""
+        """Count `trials` more rollouts of task `index` (toward its key), `passes` of which
+        passed."""
         if not 0 <= passes <= trials:
             raise ValueError(f"passes must be in [0, trials], got {passes} of {trials}")
-        self.passes[index] += passes
-        self.trials[index] += trials
+        self.passes[self.key[index]] += passes
+        self.trials[self.key[index]] += trials
 
     def discount(self, gamma: float) -> None:
         """Weigh every rollout counted so far by gamma (in (0, 1]; 1 changes nothing)."""
@@ -110,18 +130,19 @@ class EdgeSampler:
             self.trials = [n * gamma for n in self.trials]
 
     def estimates(self) -> list[float]:
-        """p_hat = (passes + 1) / (trials + 2) of every task."""
-        return [(s + 1) / (n + 2) for s, n in zip(self.passes, self.trials, strict=True)]
+        """p_hat = (passes + 1) / (trials + 2) of every task (its key's counts)."""
+        return [(self.passes[k] + 1) / (self.trials[k] + 2) for k in self.key]
 
     def weights(self) -> list[float]:
-        """w + floor of every task, w by `weight` (the module's table)."""
+        """w + floor of every task, w by `weight` (the module's table) of its key's counts."""
         if self.weight == "variance":
             return [p * (1 - p) + self.floor for p in self.estimates()]
         G = self.group_size
-        return [
+        by_key = [
             1 - beta_moment(s + 1, n - s + 1, G) - beta_moment(n - s + 1, s + 1, G) + self.floor
             for s, n in zip(self.passes, self.trials, strict=True)
         ]
+        return [by_key[k] for k in self.key]
 
     def draw(self, n: int, rng: random.Random, exclude: Collection[int] = ()) -> list[int]:
         """Up to `n` distinct tasks not in `exclude`, drawn without replacement in proportion
@@ -162,11 +183,12 @@ class EdgeSampler:
         return Fill(drawn, kept, rounds)
 
     def untried(self) -> int:
+        """Keys (tasks, without keys) with no rollout counted yet."""
         return self.trials.count(0)
 
     def histogram(self, bins: int = HIST_BINS) -> list[int]:
-        """How many tried tasks have an observed pass rate passes / trials in each of `bins`
-        equal bins of [0, 1] (the last one closed)."""
+        """How many tried keys (tasks, without keys) have an observed pass rate passes / trials
+        in each of `bins` equal bins of [0, 1] (the last one closed)."""
         counts = [0] * bins
         for s, n in zip(self.passes, self.trials, strict=True):
             if n:

@@ -1,6 +1,7 @@
 """RLOO: advantages and loss against hand computation, zero-spread groups, scopes, a toy run,
 resume after a kill, checkpoint selection."""
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -954,3 +955,34 @@ def test_ladder_depths_restrict_the_rl_and_dev_tasks_and_reach_the_cli():
     for bad in ((), (1, 2), (4,)):
         with pytest.raises(ValueError, match="ladder depths"):
             RLConfig(ladder_depths=bad)
+
+
+def test_edge_pool_by_structure_pools_every_instance_of_a_family_or_structure(tmp_path):
+    """edge_estimate structure: the rollouts of two instances of one seed family count toward
+    one estimate, which every instance of the family reads, drawn or not; a ladder structure's
+    instances likewise; the per-task default keeps them apart."""
+    cfg = RLConfig(sampler="edge", edge_estimate="structure", families=("double",), groups=24)
+    pool = rl_tasks(cfg)
+    doubles = [i for i, t in enumerate(pool) if t.family == "double"]
+    a, b = pool[doubles[0]], pool[doubles[1]]
+    rows = [(a, "pass"), (a, "pass"), (b, "fail"), (b, "pass")]
+    (tmp_path / "rollouts.jsonl").write_text(
+        "".join(
+            json.dumps({"task": t.name, "family": t.family, "status": s, "step": 4}) + "\n"
+            for t, s in rows
+        )
+    )
+    learner = SimpleNamespace(out=tmp_path, cfg=cfg)
+    edge = edge_pool(learner, pool, start=4)
+    p = edge.sampler.estimates()
+    assert {p[i] for i in doubles} == {(3 + 1) / (4 + 2)}  # all 8 doubles, 2 of them drawn
+    assert len({edge.sampler.key[i] for i in doubles}) == 1
+    assert all(p[i] == 0.5 for i in range(len(pool)) if i not in doubles)  # untouched: prior
+    by_structure = {}
+    for i, t in enumerate(pool):
+        by_structure.setdefault(t.family, set()).add(edge.sampler.key[i])
+    assert all(len(k) == 1 for k in by_structure.values())
+    assert len(set(edge.sampler.key)) == len(by_structure)
+    per_task = SimpleNamespace(out=tmp_path, cfg=dataclasses.replace(cfg, edge_estimate="task"))
+    alone = edge_pool(per_task, pool, start=4).sampler.estimates()
+    assert (alone[doubles[0]], alone[doubles[1]], alone[doubles[2]]) == (3 / 4, 2 / 4, 1 / 2)

@@ -186,3 +186,34 @@ def test_discount_weighs_each_rollout_by_gamma_per_later_step():
             s.discount(bad)
     with pytest.raises(ValueError, match="weight"):
         EdgeSampler(3, weight="median")
+
+
+def test_keys_pool_the_counts_of_tasks_that_share_them():
+    """With keys (five structures of four instances each, instances drawn in a step at most
+    once), every rollout counts toward its key: the counts equal a direct count per key, every
+    task reads its key's estimate and weight (an instance never drawn included), the histogram
+    and `untried` are per key; without keys the same draws count per task."""
+    G, keys = 4, [k // 4 for k in range(len(RATES))]  # RATES holds 5 runs of 4 equal rates
+    pooled, alone = EdgeSampler(len(RATES), keys=keys), EdgeSampler(len(RATES))
+    passes, trials, tasks_drawn = [0] * 5, [0] * 5, set()
+    for step in range(30):
+        roll, log = stand_in(RATES, G, step)
+        pooled.fill(2, 2, seed=step, roll=roll)
+        for indices, _, groups in log:
+            for i, g in zip(indices, groups, strict=True):
+                alone.record(i, g.passes, len(g.rewards))
+                passes[keys[i]] += g.passes
+                trials[keys[i]] += len(g.rewards)
+                tasks_drawn.add(i)
+    assert pooled.passes == passes and pooled.trials == trials
+    assert sum(alone.trials) == sum(trials) and len(alone.trials) == len(RATES)
+    by_key = [(s + 1) / (n + 2) for s, n in zip(passes, trials, strict=True)]
+    assert pooled.estimates() == [by_key[k] for k in keys]
+    w = pooled.weights()
+    assert all(w[i] == w[4 * keys[i]] for i in range(len(RATES)))
+    assert len(tasks_drawn) < len(RATES)  # some instance never drawn, yet it has its estimate
+    assert sum(pooled.histogram()) == 5 - pooled.untried() and pooled.untried() == trials.count(0)
+    # the structure always solved sinks: its instances weigh less than the mid ones
+    assert w[4] < w[8] / 2
+    with pytest.raises(ValueError, match="one key per task"):
+        EdgeSampler(3, keys=["a", "b"])
