@@ -36,7 +36,7 @@ from glmflash.train.runlog import read_jsonl
 
 EVAL_SEED = 0
 HEALTH = ("entropy", "kl", "no_spread_share")  # means over an RL arm's steps
-CURVES = ("reward_mean", "no_spread_share")  # per step, to show where training flattens
+CURVES = ("reward_mean", "pass_rate", "no_spread_share")  # per step: where training flattens
 QUICK = {
     "groups": 4,
     "tasks_per_step": 2,
