@@ -44,6 +44,13 @@ Read on the confirm split, 64 tasks a rung: the trained structures (`rl_only_dep
 unseen rungs (does a structure learnt carry to compositions never met?), and the seed families
 RL no longer trains (are they kept?).
 
+`rl-sampler` asks whether the edge sampler drops fewer groups when a task's pass rate is
+estimated from every rollout of its structure (`edge_estimate` structure) instead of its own:
+in its pool (192 groups: 96 instances of the 63 depth-2 RL structures, 32 of each seed family) a
+probe of 2 samples tells an always-solved instance from one at the edge poorly (p_hat 3/4 at
+best, weight 0.19 against 0.25), so a seed family the base solves 96% of the time keeps
+being drawn.
+
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
 split; its `rollouts_per_s` says what training the whole model costs.
@@ -244,6 +251,29 @@ STRUCTURES = register(
         metric="rl_only_depth2",
         secondary=(*SECONDARY, "unseen"),
         comparisons=[("base", "fresh16")],
+        quick=QUICK,
+        quick_seeds=(1,),
+    )
+)
+
+SAMPLER = register(
+    Experiment(
+        name="rl-sampler",
+        description=(
+            "The edge sampler on the depth-2 RL structures and the seed families, each task's "
+            "pass rate estimated from its own rollouts against from every rollout of its "
+            "structure, from one checkpoint (--set init=CKPT); the share of drawn groups "
+            "without reward spread, dev split."
+        ),
+        conditions={
+            "by_task": DEPTH2,
+            "by_structure": {**DEPTH2, "edge_estimate": "structure"},
+        },
+        seeds=(1, 2),  # a screen of the sampler's bookkeeping
+        run=run_remedy,
+        metric="no_spread_share",
+        secondary=(*SECONDARY, "rl_only_depth2", "unseen"),
+        comparisons=[("by_task", "by_structure")],
         quick=QUICK,
         quick_seeds=(1,),
     )

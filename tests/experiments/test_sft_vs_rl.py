@@ -166,7 +166,10 @@ def test_composition_arms_differ_in_what_they_name():
     assert r["depth2"] == {**edge_all, "ladder_depths": [2]}
     assert r["depth2_long"] == {**r["depth2"], "groups": 2 * edge_all["groups"]}
     assert r["depth2_spread"] == {**r["depth2"], "edge_weight": "spread", "edge_discount": 0.9}
-    for arm in r.values():  # every arm's settings are valid RL settings
+    s = registry.get("rl-sampler").conditions
+    assert s["by_task"] == r["depth2"]
+    assert s["by_structure"] == {**r["depth2"], "edge_estimate": "structure"}
+    for arm in (*r.values(), *s.values()):  # every arm's settings are valid RL settings
         RLConfig(**{k: v for k, v in arm.items() if k in RL_FIELDS})
 
 
