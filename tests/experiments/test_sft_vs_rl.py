@@ -31,6 +31,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-composition", 5),
         ("rl-passk", 2),
         ("rl-structures", 2),
+        ("rl-sampler", 2),
     ],  # rl-remedies' arms are rl-composition's with settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
