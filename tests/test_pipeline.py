@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from glmflash.cli import main
 from glmflash.evaluate.rungs import RUNGS, clears_bar
 
@@ -62,7 +64,9 @@ def test_quick_pipeline_end_to_end_and_resume(tmp_path, capsys):
     assert main(argv) == 0
     alone = json.loads((one / "results.json").read_text())
     assert alone["ladder"] == results["ladder"] and alone["vision"] == results["vision"]
-    assert alone["pretrain"]["dev_loss"] == results["pretrain"]["dev_loss"]
+    # to float rounding: in one process the kernels may sum in another order (seen in fp32 on a
+    # CPU without bf16: 4.5119338 against 4.5119343)
+    assert alone["pretrain"]["dev_loss"] == pytest.approx(results["pretrain"]["dev_loss"], rel=1e-6)
     rollouts = "rl/run/rollouts.jsonl"  # the tasks drawn, completions and rewards
     assert (one / rollouts).read_text() == (out / rollouts).read_text()
     speed = "rollouts_per_s"  # a timing
