@@ -101,11 +101,10 @@ class EdgeSampler:
             )
         if keys is not None and len(keys) != size:
             raise ValueError(f"one key per task: got {len(keys)} keys for {size} tasks")
-        ids: dict[Hashable, int] = {}
-        self.key = [ids.setdefault(k, len(ids)) for k in keys] if keys else list(range(size))
-        n = len(ids) if keys else size
-        self.passes: list[float] = [0] * n
-        self.trials: list[float] = [0] * n
+        ids: dict[Hashable, int] = {}  # key -> its counts' index, in order of first appearance
+        self.key = [ids.setdefault(k, len(ids)) for k in (range(size) if keys is None else keys)]
+        self.passes: list[float] = [0] * len(ids)
+        self.trials: list[float] = [0] * len(ids)
         self.floor = floor
         self.weight = weight
         self.group_size = group_size
