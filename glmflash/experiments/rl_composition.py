@@ -51,6 +51,11 @@ probe of 2 samples tells an always-solved instance from one at the edge poorly (
 best, weight 0.19 against 0.25), so a seed family the base solves 96% of the time keeps
 being drawn.
 
+`rl-meetings` asks what of rl-structures' gain the pipeline's RL stage can afford (16,128
+rollouts take 27 minutes on the fastest 2-core host, the stage has 2 to 3): every structure met
+4 times (4,032 rollouts) at ALL_LR and at 1e-4 (fewer steps, larger ones), and 8 times; dev
+split, 64 tasks a rung, so the stage's setting is chosen off the confirm split.
+
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
 split; its `rollouts_per_s` says what training the whole model costs.
@@ -226,6 +231,15 @@ REMEDIES = register(
 MEETINGS = 16  # overfit --fresh: most of the gain by 16 meetings (0.41 -> 0.57 of 0.59 at 24)
 DEPTH2_STRUCTURES = len(ladder.structures("rl", 2))  # 63: the ladder's RL group at depth 2
 STRUCTURES_READ = {"split": "confirm", "per_rung": 64}  # each rung's tasks cover its structures
+
+
+def fresh(meetings: int, **settings: Any) -> dict[str, Any]:
+    """The arm that meets every depth-2 RL structure `meetings` times, a new instance each time,
+    on the whole model at ALL_LR, nothing else trained."""
+    arm = {**BASE, **ALL, "families": [], "ladder_share": 1.0, "ladder_depths": [2]}
+    return {**arm, "groups": meetings * DEPTH2_STRUCTURES, **settings}
+
+
 STRUCTURES = register(
     Experiment(
         name="rl-structures",
@@ -236,15 +250,7 @@ STRUCTURES = register(
         ),
         conditions={
             "base": {**BASE, **STRUCTURES_READ, "train": False},
-            "fresh16": {
-                **BASE,
-                **ALL,
-                **STRUCTURES_READ,
-                "families": [],
-                "ladder_share": 1.0,
-                "ladder_depths": [2],
-                "groups": MEETINGS * DEPTH2_STRUCTURES,
-            },
+            "fresh16": fresh(MEETINGS, **STRUCTURES_READ),
         },
         seeds=tuple(range(1, 9)),
         run=run_remedy,
@@ -274,6 +280,31 @@ SAMPLER = register(
         metric="no_spread_share",
         secondary=(*SECONDARY, "rl_only_depth2", "unseen"),
         comparisons=[("by_task", "by_structure")],
+        quick=QUICK,
+        quick_seeds=(1,),
+    )
+)
+
+MEETINGS_READ = {"split": "dev", "per_rung": 64}
+BUDGETS = register(
+    Experiment(
+        name="rl-meetings",
+        description=(
+            "rl-structures' arm at budgets the pipeline's RL stage can carry: every depth-2 RL "
+            "structure met 4 times (at lr 3e-5 and 1e-4) or 8 times, from one checkpoint "
+            "(--set init=CKPT); dev split, 64 tasks a rung, to choose the stage's setting."
+        ),
+        conditions={
+            "base": {**BASE, **MEETINGS_READ, "train": False},
+            "fresh4": fresh(4, **MEETINGS_READ),
+            "fresh4_1e-4": fresh(4, **MEETINGS_READ, lr=1e-4),
+            "fresh8": fresh(8, **MEETINGS_READ),
+        },
+        seeds=(1, 2),  # a screen: the stage's seed study (results/ladder_seeds) confirms
+        run=run_remedy,
+        metric="unseen",
+        secondary=(*SECONDARY, "rl_only_depth2"),
+        comparisons=[("base", "fresh4"), ("base", "fresh4_1e-4"), ("base", "fresh8")],
         quick=QUICK,
         quick_seeds=(1,),
     )

@@ -4,7 +4,7 @@
 # PIPELINE=runs/pipeline), two single-threaded runs at a time; each study resumes where it
 # stopped.
 # SEEDS=1,2 runs those seeds instead of the experiment's own.
-#   bash results/rl_edge/run.sh [scope-lr|composition|passk|remedies|overfit|structures|sampler] ...
+#   bash results/rl_edge/run.sh [scope-lr|composition|passk|remedies|overfit|structures|sampler|meetings] ...
 # 1. scope-lr: the edge sampler on the whole model at lr 1e-5, 3e-5, 1e-4 and on the last
 #    block and head at 1e-4, and the untrained checkpoint, dev split, seeds 1-2 (a screen);
 #    its report sets ALL_LR in glmflash/experiments/rl_composition.py (by hand).
@@ -20,6 +20,8 @@
 #    3e-5, against the checkpoint; confirm split, 64 tasks a rung, seeds 1-8.
 # 7. sampler: the edge sampler on the depth-2 pool, pass rates estimated per task against per
 #    structure: the share of groups without spread; dev split, seeds 1-2.
+# 8. meetings: rl-structures' arm with each structure met 4 times (lr 3e-5 and 1e-4) and 8
+#    times: the budget of the pipeline's RL stage; dev split, seeds 1-2.
 set -euo pipefail
 PIPELINE=${PIPELINE:-runs/pipeline}
 CKPT=${CKPT:-$(python3 -c "import json; print(json.load(open('$PIPELINE/pretrain/stage.json'))['selected'])")}

@@ -32,6 +32,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-passk", 2),
         ("rl-structures", 2),
         ("rl-sampler", 2),
+        ("rl-meetings", 4),
     ],  # rl-remedies' arms are rl-composition's with settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
@@ -195,3 +196,8 @@ def test_structures_arm_meets_every_depth2_rl_structure_equally_with_new_instanc
     assert Counter(t.family for t in order) == dict.fromkeys(depth2, MEETINGS)
     assert len({t.name for t in order}) == len(order)  # a new instance at every meeting
     assert "rl_only_depth2" in REMEDY_RUNGS
+    budgets = registry.get("rl-meetings").conditions  # the same arm, fewer meetings, on dev
+    read = {"split": "dev", "per_rung": 64}
+    assert budgets["fresh4"] == {**arm, **read, "groups": 4 * len(depth2)}
+    assert budgets["fresh4_1e-4"] == {**budgets["fresh4"], "lr": 1e-4}
+    assert budgets["fresh8"] == {**arm, **read, "groups": 8 * len(depth2)}
