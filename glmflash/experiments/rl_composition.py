@@ -296,9 +296,9 @@ BUDGETS = register(
         ),
         conditions={
             "base": {**BASE, **MEETINGS_READ, "train": False},
+            "fresh8": fresh(8, **MEETINGS_READ),  # first: two workers end together
             "fresh4": fresh(4, **MEETINGS_READ),
             "fresh4_1e-4": fresh(4, **MEETINGS_READ, lr=1e-4),
-            "fresh8": fresh(8, **MEETINGS_READ),
         },
         seeds=(1, 2),  # a screen: the stage's seed study (results/ladder_seeds) confirms
         run=run_remedy,
