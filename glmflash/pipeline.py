@@ -6,9 +6,9 @@ their stage from their last checkpoint):
 
     pretrain   -> select the checkpoint with the lowest dev loss
     before     -> confirm split: greedy pass@1 per rung of the task ladder; greedy pass@1
-                  (trained families), sampled pass@k (trained, all; EvalConfig.k)
-    rl         -> RLOO on the trained families and the ladder's RL structures; the checkpoint
-                  is selected by dev pass@1 on those
+                  (the reference lab's RL families), sampled pass@k (those, all; EvalConfig.k)
+    rl         -> RLOO on the ladder's depth-2 RL structures, the whole model (PipelinePlan's
+                  rl_stage); the checkpoint is selected by dev pass@1 on those structures
     after      -> the same confirm evaluation on the RL checkpoint
     vision     -> the digit-reading path inside the pretrained model, held-out renderings
     report     -> results.json and report.md with tables, example generations and plots
@@ -57,7 +57,14 @@ from glmflash.train.pretrain import pretrain
 from glmflash.train.rl import train_rl
 from glmflash.train.vision import train_vision
 
-TRAINED = ("increment", "double", "even")
+STAGES = ("pretrain", "before", "rl", "after", "vision")
+REACHES = {  # the stages a plan section's settings change (a section not named reaches all)
+    "pretrain": STAGES,
+    "evaluation": ("before", "after"),
+    "rl": ("rl", "after"),
+    "vision": ("vision",),
+}
+TRAINED = ("increment", "double", "even")  # the reference lab's RL families: its figures
 STAGE_FILE = "stage.json"
 PLAN_FILE = "plan.json"  # the plan a run folder was made with
 
@@ -108,19 +115,25 @@ class Pipeline:
         return result
 
     def record_plan(self) -> None:
-        """Write the plan to plan.json, or check it against the one a rerun finds there: stages
-        made under another plan must not be mixed with this one's."""
+        """Write the plan to plan.json, or check it against the one a rerun finds there: a
+        setting may change only while no stage it reaches has started (a new RL stage on a
+        finished pretraining, say), so no stage mixes two plans."""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / PLAN_FILE
         plan = self.plan.to_dict()
         if path.is_file():
             differ = changed_settings(json.loads(path.read_text()), plan)
-            if differ:
+            started = {s for s in STAGES if (self.out / s).exists()}
+            mixed = [k for k in differ if started & set(REACHES.get(k.split(".")[0], STAGES))]
+            if mixed:
                 raise ValueError(
-                    f"{self.out} holds a run with another plan ({', '.join(differ)} differ): "
-                    "give a new --out, or the same settings to continue it"
+                    f"{self.out} holds a run with another plan ({', '.join(mixed)} differ, and "
+                    f"reach stages already started: {', '.join(sorted(started))}): give a new "
+                    "--out, or the same settings to continue it"
                 )
-            return
+            if not differ:
+                return
+            self.log(f"pipeline: the plan changes {', '.join(differ)} for stages not yet run")
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(plan, indent=2))
         tmp.replace(path)
@@ -154,8 +167,8 @@ class Pipeline:
         return TrainStage(summary, str(run_dir / "best"))
 
     def confirm_eval(self, folder: Path, checkpoint: str) -> ConfirmEval:
-        """Greedy pass@1 per ladder rung and on the trained families, sampled pass@k on all
-        families."""
+        """Greedy pass@1 per ladder rung and on the reference lab's RL families, sampled pass@k
+        on all families."""
         p, e = self.plan, self.plan.evaluation
         model, _ = load_model(checkpoint, resolve_device(self.device))
         seed = p.pretrain.seed

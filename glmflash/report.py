@@ -18,8 +18,8 @@ REFERENCE = {
 }
 REFERENCE_SAMPLING = {"k": 8, "temperature": 0.8}
 LABELS = {
-    "greedy_pass1_trained": "greedy pass@1, trained families (confirm)",
-    "passk_trained": "sampled pass@{k}, trained families (confirm)",
+    "greedy_pass1_trained": "greedy pass@1, the reference lab's RL families (confirm)",
+    "passk_trained": "sampled pass@{k}, the reference lab's RL families (confirm)",
     "passk_all": "sampled pass@{k}, all eight families (confirm)",
 }
 

@@ -33,7 +33,8 @@ class Draws:
 @dataclass
 class ConfirmEval:
     """The confirm evaluation of one checkpoint (before or after RL). Scores are [solved, n]:
-    greedy pass@1 per ladder rung and on the trained families, pass@k on the families."""
+    greedy pass@1 per ladder rung and on the reference lab's RL families, pass@k on the
+    families."""
 
     checkpoint: str
     ladder: dict[str, list[float]]  # rung -> greedy [solved, n]

@@ -14,7 +14,7 @@ from glmflash.commands import pipeline as pipeline_command
 from glmflash.commands.pipeline import plan_from_args
 from glmflash.config import PipelinePlan, PretrainConfig, RLConfig, VisionConfig
 from glmflash.config.evaluation import EvalConfig, Sampling
-from glmflash.flags import flat
+from glmflash.flags import changed_settings, flat
 from glmflash.pipeline import Pipeline
 
 
@@ -35,6 +35,9 @@ def leaves(config, prefix=""):
             yield prefix + f.name, f, hints[f.name], value
 
 
+SHORT_TUPLES = {"families": ("even",), "ladder_depths": (2, 3)}  # for the RL stage's () and (2,)
+
+
 def another(f: dataclasses.Field, kind, value):
     """A valid value other than `value`, as --set writes it."""
     if kind is bool:
@@ -43,7 +46,8 @@ def another(f: dataclasses.Field, kind, value):
         new = next(c for c in f.metadata["choices"] if c != value)
         return new, new
     if isinstance(value, tuple):
-        return value[1:], ",".join(map(str, value[1:]))
+        new = value[1:] if len(value) > 1 else SHORT_TUPLES[f.name]
+        return new, ",".join(map(str, new))
     if isinstance(value, int):
         return value + 1, str(value + 1)
     if isinstance(value, float):
@@ -53,6 +57,7 @@ def another(f: dataclasses.Field, kind, value):
 
 
 REFUSED = {"evaluation.sampling.mode": "sampling.mode = sample"}  # pass@k needs samples
+FULL_REFUSED = {"rl.ladder_share": r"none given"}  # the full RL stage trains no seed family
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
@@ -61,11 +66,12 @@ def test_every_setting_of_the_plan_reaches_the_plan_and_its_record(tmp_path, qui
     paths = list(leaves(base))
     configs = (PretrainConfig, RLConfig, VisionConfig, EvalConfig, Sampling)
     assert len(paths) == sum(len(dataclasses.fields(c)) for c in configs) - 1  # less .sampling
+    refused = REFUSED if quick else {**REFUSED, **FULL_REFUSED}
     for path, f, kind, value in paths:
         new, text = another(f, kind, value)
         argv = [*(["--quick"] if quick else []), "--set", f"{path}={text}"]
-        if path in REFUSED:
-            with pytest.raises(ValueError, match=REFUSED[path]):
+        if path in refused:
+            with pytest.raises(ValueError, match=refused[path]):
                 plan_from_args(parse(argv))
             continue
         plan = plan_from_args(parse(argv))
@@ -115,12 +121,39 @@ def test_bad_settings_are_refused_by_name(item, message):
         plan_from_args(parse(["--set", item]))
 
 
-def test_a_rerun_under_another_plan_is_refused(tmp_path, capsys):
+def test_a_rerun_under_another_plan_is_refused_where_a_started_stage_would_mix_plans(
+    tmp_path, capsys
+):
     Pipeline(tmp_path, PipelinePlan.quick(0)).record_plan()
     Pipeline(tmp_path, PipelinePlan.quick(0)).record_plan()  # the same plan continues
+    (tmp_path / "pretrain").mkdir()  # pretraining started: its settings are fixed
     other = plan_from_args(parse(["--quick", "--set", "rl.lr=0.5", "--set", "pretrain.steps=5"]))
-    with pytest.raises(ValueError, match=r"another plan \(pretrain\.steps, rl\.lr differ\)"):
+    with pytest.raises(ValueError, match=r"another plan \(pretrain\.steps differ, and reach"):
         Pipeline(tmp_path, other).record_plan()
-    argv = ["pipeline", "--quick", "--out", str(tmp_path), "--set", "rl.lr=0.5"]
+    new_rl = plan_from_args(parse(["--quick", "--set", "rl.lr=0.5", "--set", "vision.steps=5"]))
+    Pipeline(tmp_path, new_rl).record_plan()  # RL and vision have not started: a new RL stage
+    assert not changed_settings(json.loads((tmp_path / "plan.json").read_text()), new_rl.to_dict())
+    (tmp_path / "after").mkdir()  # the evaluation after RL reads the RL stage's checkpoint
+    argv = ["pipeline", "--quick", "--out", str(tmp_path), "--set", "vision.steps=5"]
     assert main(argv) == 2
-    assert "rl.lr differ" in capsys.readouterr().err
+    assert "rl.lr differ, and reach stages already started: after, pretrain" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_full_rl_stage_meets_every_depth2_rl_structure_equally_on_the_whole_model():
+    """The stage rl-meetings chose: each depth-2 RL structure RL_MEETINGS times, a new instance
+    each time, no seed family; checkpoints chosen on dev instances of the same structures."""
+    from collections import Counter
+
+    from glmflash.config.plan import RL_MEETINGS
+    from glmflash.data import ladder
+    from glmflash.train.rl import dev_tasks, rl_tasks
+
+    cfg = PipelinePlan.full(seed=3).rl
+    assert (cfg.scope, cfg.seed, cfg.families) == ("all", 3, ())
+    depth2 = {s.name for s in ladder.structures("rl", 2)}
+    order = rl_tasks(cfg)
+    assert Counter(t.family for t in order) == dict.fromkeys(depth2, RL_MEETINGS)
+    assert len({t.name for t in order}) == len(order)
+    assert {t.family for t in dev_tasks(cfg)} <= depth2 and len(dev_tasks(cfg)) == cfg.dev_ladder

@@ -1,10 +1,10 @@
 """`glmflash bench rl`: RL rollouts per second, and where an RL step's time goes.
 
-Steps of the pipeline's RL stage (`RLConfig`'s defaults: 4 tasks x 16 samples, verified,
-one update) run from a trained checkpoint, each timed in its phases: sampling (cached
-decoding), verification (the sandboxed pool) and the update; the first step warms up (the
-verifier's workers start) and is not counted. A random model would not do: its completions
-stop at their first token, so `--checkpoint` is required.
+Steps of the pipeline's RL stage (`PipelinePlan.full(0).rl`: 4 tasks x 16 samples, verified,
+one update of the whole model) run from a trained checkpoint, each timed in its phases:
+sampling (cached decoding), verification (the sandboxed pool) and the update; the first step
+warms up (the verifier's workers start) and is not counted. A random model would not do: its
+completions stop at their first token, so `--checkpoint` is required.
 
 The baseline is the reference lab's way of sampling, measured in the same run on the first
 timed step's prompts with the same seed and weights, just before that step: the whole prefix
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from glmflash import checkpoint as ckpt
-from glmflash.config import RLConfig
+from glmflash.config import PipelinePlan
 from glmflash.train.rl import make_learner, rl_step, rl_tasks, sample_rollouts
 
 PHASES = ("sample", "verify", "update")
@@ -37,7 +37,7 @@ def bench_rl(
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Every figure of `glmflash bench rl`, as one JSON-ready dict with `ratios`."""
-    cfg = RLConfig()
+    cfg = PipelinePlan.full(seed=0).rl
     model, _ = ckpt.load_model(checkpoint, torch.device(device))
     tasks = rl_tasks(cfg)
     n = cfg.tasks_per_step

@@ -61,7 +61,7 @@ GREEDY = Sampling()
 @dataclass(frozen=True)
 class EvalConfig:
     """The pipeline's evaluation before and after RL: greedy pass@1 per ladder rung and on the
-    trained families, and `sampling` (pass@k) on all eight families."""
+    reference lab's RL families, and `sampling` (pass@k) on all eight families."""
 
     per_family: int = setting(8, "confirm tasks per seed family")
     per_rung: int = setting(

@@ -12,6 +12,9 @@ from glmflash.config.pretrain import PretrainConfig
 from glmflash.config.rl import RLConfig
 from glmflash.config.vision import VisionConfig
 
+RL_MEETINGS = 4  # rl-meetings (dev, seed 1): 8 meetings or lr 1e-4 lifted no rung further
+RL_LR = 3e-5  # the whole model's rate (rl-scope-lr, rl-meetings)
+
 
 @dataclass(frozen=True)
 class PipelinePlan:
@@ -44,8 +47,28 @@ class PipelinePlan:
                 precision="auto",  # bf16 where it is fast (results/precision/bf16_curves.json)
                 compile="blocks",  # 1.40x bf16 AVX-512, 1.23x fp32 AVX2 (results/profile)
             ),
-            RLConfig(seed=seed),
-        )  # glmflash rl's defaults are the pipeline's RL stage
+            cls.rl_stage(seed),
+        )
+
+    @staticmethod
+    def rl_stage(seed: int) -> RLConfig:
+        """RL at the edge of what the base writes: every depth-2 composition only RL trains on
+        met RL_MEETINGS times, a new instance each time, on the whole model (results/rl_edge:
+        rl-structures, rl-meetings). The seed families, which the base solves, are left out:
+        their groups have no reward spread."""
+        from glmflash.data.ladder import structures  # the ladder imports the configs
+
+        cycle = len(structures("rl", 2))  # 63 structures, each once per cycle
+        return RLConfig(
+            families=(),
+            ladder_share=1.0,
+            ladder_depths=(2,),
+            groups=RL_MEETINGS * cycle,
+            scope="all",
+            lr=RL_LR,
+            eval_every=cycle,  # the dev check once a cycle
+            seed=seed,
+        )
 
     @classmethod
     def quick(cls, seed: int) -> PipelinePlan:

@@ -20,8 +20,10 @@ AGGREGATIONS = ("sequence", "token_mean", "constant")
 
 @dataclass(frozen=True)
 class RLConfig:
-    """One RL run. The defaults are the pipeline's RL stage; every field is a flag of
-    `glmflash rl` (`flags.add_config_flags`)."""
+    """One RL run; every field is a flag of `glmflash rl` (`flags.add_config_flags`). The
+    defaults are the first RL stage the lab had (the reference lab's three families, half the
+    groups on the ladder's RL structures, the last block and head): the RL experiments' `stage`
+    arm. The pipeline's stage (`PipelinePlan.rl_stage`) changes six of them."""
 
     objective: str = setting(
         "rloo",

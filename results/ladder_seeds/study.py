@@ -5,8 +5,8 @@ greedy pass@1 per rung before and after, statistics at the level of seeds.
         [--per-rung 48] [--jobs 2] [--work runs/ladder_seeds] [--passk-tasks 12] [--groups 96]
         [--reward binary|partial]
 
-Each seed runs `glmflash rl`'s defaults (the pipeline's RL stage; --groups shortens it) with
-its own seed; its dev-selected checkpoint is evaluated on the same confirm tasks as the
+Each seed runs the pipeline's RL stage (`PipelinePlan.full(seed).rl`; --groups changes its
+length) with its own seed; its dev-selected checkpoint is evaluated on the same confirm tasks as the
 starting checkpoint.
 Per rung, the gain of seed s on task t is pass_after(s, t) - pass_before(t); the mean gain
 gets a hierarchical bootstrap interval (seeds, then tasks within seeds) and an exact
@@ -23,12 +23,14 @@ import argparse
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from glmflash.config import RLConfig
+from glmflash.config.plan import PipelinePlan
 from glmflash.verify.rewards import REWARD_MODES
 
 HERE = Path(__file__).parent
@@ -54,6 +56,11 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
     return task_passes(json.loads(path.read_text()))
 
 
+def stage_config(seed: int, **settings: Any) -> RLConfig:
+    """The pipeline's RL stage with this seed (and `settings` changed)."""
+    return replace(PipelinePlan.full(seed).rl, **settings)
+
+
 def one_seed(
     init: str, seed: int, work: Path, per_rung: int, threads: int | None, groups: int, reward: str
 ) -> None:
@@ -69,7 +76,7 @@ def one_seed(
         train_rl(
             init,
             run,
-            RLConfig(seed=seed, groups=groups, reward=reward),
+            stage_config(seed, groups=groups, reward=reward),
             "cpu",
             resume=(run / "run.json").is_file(),
             progress=False,
@@ -205,13 +212,13 @@ def main() -> int:
     p.add_argument(
         "--groups",
         type=int,
-        default=RLConfig().groups,
+        default=stage_config(0).groups,
         help="RL groups per seed (default: the pipeline's)",
     )
     p.add_argument(
         "--reward",
         choices=REWARD_MODES,
-        default=RLConfig().reward,
+        default=stage_config(0).reward,
         help="binary (the pipeline's) or partial: the share of hidden cases "
         "passed; the summary of a partial run is written as summary_partial.*",
     )

@@ -9,7 +9,7 @@ import pytest
 from glmflash.bench import rl as bench_rl_module
 from glmflash.bench.rl import bench_rl
 from glmflash.checkpoint import save_model
-from glmflash.config import RLConfig, model_config
+from glmflash.config import PipelinePlan, model_config
 from glmflash.data import derive_seed
 from glmflash.model.lm import GLMFlash
 from glmflash.train.rl import rl_tasks
@@ -48,7 +48,7 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
         lambda model, prompts, *a, **kw: sampled.append((prompts, kw, len(calls))),
     )
     r = bench_rl(checkpoint, steps=2)
-    cfg = RLConfig()
+    cfg = PipelinePlan.full(seed=0).rl
     n = cfg.tasks_per_step
     assert calls == [0, n, 2 * n]  # one warm-up, two timed, consecutive batches
     assert r["phase_seconds"] == {"sample": 2.5, "verify": 5.0, "update": 7.5, "other": -5.0}
@@ -66,7 +66,7 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
 
 def test_command_runs_on_a_checkpoint(checkpoint):
     r = json.loads(bench("rl", "--json", "--checkpoint", str(checkpoint), "--steps", "1"))
-    cfg = RLConfig()
+    cfg = PipelinePlan.full(seed=0).rl
     assert r["bench"] == "rl" and r["rollouts_per_step"] == cfg.tasks_per_step * cfg.group_size
     phases = r["phase_seconds"]
     assert abs(sum(phases.values()) - r["step_seconds"]) < 1e-9
