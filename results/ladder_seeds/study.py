@@ -3,11 +3,11 @@ greedy pass@1 per rung before and after, statistics at the level of seeds.
 
     .venv/bin/python results/ladder_seeds/study.py --init CKPT [--seeds 1 2 3 4 5]
         [--per-rung 48] [--jobs 2] [--work runs/ladder_seeds] [--passk-tasks 12] [--groups 96]
-        [--reward binary|partial]
+        [--reward binary|partial] [--stage pipeline|first]
 
-Each seed runs the pipeline's RL stage (`PipelinePlan.full(seed).rl`; --groups changes its
-length) with its own seed; its dev-selected checkpoint is evaluated on the same confirm tasks as the
-starting checkpoint.
+Each seed runs the pipeline's RL stage (`PipelinePlan.full(seed).rl`; --stage first: the stage
+the pipeline had before, RLConfig's defaults; --groups changes its length) with its own seed;
+its dev-selected checkpoint is evaluated on the same confirm tasks as the starting checkpoint.
 Per rung, the gain of seed s on task t is pass_after(s, t) - pass_before(t); the mean gain
 gets a hierarchical bootstrap interval (seeds, then tasks within seeds) and an exact
 sign-flip test over the seeds' mean gains. With --passk-tasks, pass@k for k = 1..64 (64
@@ -56,13 +56,14 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
     return task_passes(json.loads(path.read_text()))
 
 
-def stage_config(seed: int, **settings: Any) -> RLConfig:
-    """The pipeline's RL stage with this seed (and `settings` changed)."""
-    return replace(PipelinePlan.full(seed).rl, **settings)
+STAGES = {  # --stage: the RL stage every seed runs
+    "pipeline": lambda seed: PipelinePlan.full(seed).rl,  # each depth-2 RL structure 4 times
+    "first": lambda seed: RLConfig(seed=seed),  # seed families and the ladder: summary_stage96
+}
 
 
 def one_seed(
-    init: str, seed: int, work: Path, per_rung: int, threads: int | None, groups: int, reward: str
+    init: str, seed: int, work: Path, per_rung: int, threads: int | None, cfg: RLConfig
 ) -> None:
     """RL with `seed` (resuming an interrupted run), then the confirm evaluation."""
     import torch
@@ -76,7 +77,7 @@ def one_seed(
         train_rl(
             init,
             run,
-            stage_config(seed, groups=groups, reward=reward),
+            cfg,
             "cpu",
             resume=(run / "run.json").is_file(),
             progress=False,
@@ -165,7 +166,7 @@ def plot_passk(curves: dict[str, Any], png: Path) -> None:
 def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> str:
     lines = [
         f"# RL seed study on the task ladder ({len(args.seeds)} seeds from {args.init}, "
-        f"{args.groups} groups each, {args.reward} reward)",
+        f"the {args.stage} RL stage, {config(args, 0).groups} groups each, {args.reward} reward)",
         "",
         f"Greedy pass@1 on {args.per_rung} confirm tasks per rung. Gain: mean over seeds "
         "and tasks of after - before, in points; interval: hierarchical bootstrap "
@@ -201,6 +202,12 @@ def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> st
     return "\n".join(lines) + "\n"
 
 
+def config(args: argparse.Namespace, seed: int) -> RLConfig:
+    """The stage's settings for this seed, with --groups and --reward."""
+    cfg = STAGES[args.stage](seed)
+    return replace(cfg, groups=args.groups or cfg.groups, reward=args.reward)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--init", required=True, help="the pretrained checkpoint RL starts from")
@@ -209,16 +216,12 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=1, help="seeds at once (one thread each if > 1)")
     p.add_argument("--work", type=Path, default=Path("runs/ladder_seeds"))
     p.add_argument("--passk-tasks", type=int, default=0, help="tasks per rung for pass@k")
-    p.add_argument(
-        "--groups",
-        type=int,
-        default=stage_config(0).groups,
-        help="RL groups per seed (default: the pipeline's)",
-    )
+    p.add_argument("--stage", choices=STAGES, default="pipeline", help="each seed's RL stage")
+    p.add_argument("--groups", type=int, help="RL groups per seed (default: the stage's)")
     p.add_argument(
         "--reward",
         choices=REWARD_MODES,
-        default=stage_config(0).reward,
+        default=RLConfig.reward,
         help="binary (the pipeline's) or partial: the share of hidden cases "
         "passed; the summary of a partial run is written as summary_partial.*",
     )
@@ -234,9 +237,7 @@ def main() -> int:
     threads = 1 if args.jobs > 1 else None
     with ProcessPoolExecutor(args.jobs) as pool:
         for f in [
-            pool.submit(
-                one_seed, args.init, s, args.work, args.per_rung, threads, args.groups, args.reward
-            )
+            pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads, config(args, s))
             for s in args.seeds
         ]:
             f.result()
