@@ -35,6 +35,7 @@ from glmflash.verify.rewards import REWARD_MODES
 
 HERE = Path(__file__).parent
 PASSK_SAMPLES = 64
+TRAINED = ("rl_only_depth2",)  # the depth-2 RL structures: new instances of what the stage trains
 
 
 def task_passes(result_json: dict[str, Any]) -> dict[str, list[int]]:
@@ -46,14 +47,19 @@ def task_passes(result_json: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]:
+    """Greedy pass per task of every pipeline rung (`path`) and of the structures the stage
+    trains (`path`'s stem + _trained.json: new instances of them), each file written once."""
     from glmflash.checkpoint import load_model
     from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
 
-    if not path.is_file():
-        model, _ = load_model(checkpoint)
-        result = evaluate_rungs(model, RUNGS, "confirm", per_rung)["greedy"]
-        path.write_text(json.dumps(result.to_json()))
-    return task_passes(json.loads(path.read_text()))
+    out = {}
+    for rungs, file in ((RUNGS, path), (TRAINED, path.with_name(f"{path.stem}_trained.json"))):
+        if not file.is_file():
+            model, _ = load_model(checkpoint)
+            result = evaluate_rungs(model, rungs, "confirm", per_rung)["greedy"]
+            file.write_text(json.dumps(result.to_json()))
+        out.update(task_passes(json.loads(file.read_text())))
+    return out
 
 
 STAGES = {  # --stage: the RL stage every seed runs
@@ -242,7 +248,8 @@ def main() -> int:
         ]:
             f.result()
     after = {
-        s: task_passes(json.loads((args.work / f"after_{s}.json").read_text())) for s in args.seeds
+        s: evaluate(str(args.work / f"rl_{s}" / "best"), args.work / f"after_{s}.json", args.per_rung)
+        for s in args.seeds
     }
     summary = summarise(before, after)
     curves = None
