@@ -239,7 +239,8 @@ def main() -> int:
     )
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    before = evaluate(args.init, args.work / "before.json", args.per_rung)
+    per_rung = args.per_rung
+    before = evaluate(args.init, args.work / "before.json", per_rung)
     threads = 1 if args.jobs > 1 else None
     with ProcessPoolExecutor(args.jobs) as pool:
         for f in [
@@ -248,7 +249,7 @@ def main() -> int:
         ]:
             f.result()
     after = {
-        s: evaluate(str(args.work / f"rl_{s}" / "best"), args.work / f"after_{s}.json", args.per_rung)
+        s: evaluate(str(args.work / f"rl_{s}" / "best"), args.work / f"after_{s}.json", per_rung)
         for s in args.seeds
     }
     summary = summarise(before, after)
