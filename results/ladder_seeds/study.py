@@ -35,6 +35,7 @@ from glmflash.verify.rewards import REWARD_MODES
 
 HERE = Path(__file__).parent
 PASSK_SAMPLES = 64
+PASSK_LABELS = ("before", "after")  # the starting checkpoint, the first seed's RL checkpoint
 TRAINED = ("rl_only_depth2",)  # the depth-2 RL structures: new instances of what the stage trains
 
 
@@ -131,18 +132,48 @@ def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[
             draws = Sampling("sample", PASSK_SAMPLES)
             res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, draws)["sampled"]
             path.write_text(json.dumps(res.to_json()))
-        records = json.loads(path.read_text())["records"]
         for rung in RUNGS:
-            rows = [r for r in records if r["group"] == rung]
-            passed = [
-                sum(r["status"] == "pass" for r in rows[i : i + PASSK_SAMPLES])
-                for i in range(0, len(rows), PASSK_SAMPLES)
-            ]
+            passed = task_pass_counts(path, rung)
             ns = [PASSK_SAMPLES] * len(passed)
             curves.setdefault(rung, {})[label] = [
                 mean_pass_at_k(ns, passed, k) for k in range(1, PASSK_SAMPLES + 1)
             ]
     return curves
+
+
+def task_pass_counts(path: Path, rung: str) -> list[int]:
+    """Passing samples of each of `rung`'s tasks in a pass@k file (PASSK_SAMPLES a task)."""
+    rows = [r for r in json.loads(path.read_text())["records"] if r["group"] == rung]
+    return [
+        sum(r["status"] == "pass" for r in rows[i : i + PASSK_SAMPLES])
+        for i in range(0, len(rows), PASSK_SAMPLES)
+    ]
+
+
+def passk_gains(work: Path) -> dict[str, dict[str, list[float]]]:
+    """rung -> {"pass@1", "pass@64": [gain, low, high]}: after - before on the same tasks, with
+    a 95% bootstrap interval over the tasks (one seed's policy: tasks are the only level)."""
+    from glmflash.evaluate.passk import pass_at_k
+    from glmflash.evaluate.rungs import RUNGS
+    from glmflash.evaluate.stats import hierarchical_bootstrap
+
+    gains: dict[str, dict[str, list[float]]] = {}
+    for rung in RUNGS:
+        before, after = (task_pass_counts(work / f"passk_{x}.json", rung) for x in PASSK_LABELS)
+        for k in (1, PASSK_SAMPLES):
+            d = pass_at_k(PASSK_SAMPLES, np.array(after), k) - pass_at_k(
+                PASSK_SAMPLES, np.array(before), k
+            )
+            iv = hierarchical_bootstrap([d], seed=0)
+            gains.setdefault(rung, {})[f"pass@{k}"] = [iv.estimate, iv.low, iv.high]
+    return gains
+
+
+def reading(gain: dict[str, list[float]]) -> str:
+    """New solutions when pass@64's interval is above 0; sharpening when only pass@1's is."""
+    if gain[f"pass@{PASSK_SAMPLES}"][1] > 0:
+        return "new solutions"
+    return "sharpening" if gain["pass@1"][1] > 0 else "no change the design detects"
 
 
 def plot_passk(curves: dict[str, Any], png: Path) -> None:
@@ -195,14 +226,21 @@ def markdown(summary: dict[str, Any], curves: dict[str, Any] | None, args) -> st
             "",
             "## pass@k, k = 1..64, before and after RL",
             "",
-            "| rung | pass@1 before / after | pass@8 | pass@64 |",
-            "|---|---|---|---|",
+            f"{PASSK_SAMPLES} samples of {args.passk_tasks} tasks a rung at temperature 0.8, the "
+            f"first seed's policy; gains after - before with a 95% bootstrap interval over tasks.",
+            "",
+            "| rung | pass@1 before / after | pass@8 | pass@64 | pass@1 gain | pass@64 gain | "
+            "reading |",
+            "|---|---|---|---|---|---|---|",
         ]
+        gains = passk_gains(args.work)
         for rung, c in curves.items():
             b, a = c["before"], c["after"]
+            g1, g64 = (gains[rung][f"pass@{k}"] for k in (1, PASSK_SAMPLES))
             lines.append(
                 f"| {rung} | {b[0]:.3f} / {a[0]:.3f} | {b[7]:.3f} / {a[7]:.3f} | "
-                f"{b[63]:.3f} / {a[63]:.3f} |"
+                f"{b[63]:.3f} / {a[63]:.3f} | {g1[0]:+.3f} [{g1[1]:+.3f}, {g1[2]:+.3f}] | "
+                f"{g64[0]:+.3f} [{g64[1]:+.3f}, {g64[2]:+.3f}] | {reading(gains[rung])} |"
             )
         lines += ["", f"![pass@k]({'passk' if args.name is None else f'passk_{args.name}'}.png)"]
     return "\n".join(lines) + "\n"
@@ -256,7 +294,8 @@ def main() -> int:
     curves = None
     if args.passk_tasks:
         rl = str(args.work / f"rl_{args.seeds[0]}" / "best")
-        curves = passk_curves({"before": args.init, "after": rl}, args.work, args.passk_tasks)
+        checkpoints = dict(zip(PASSK_LABELS, (args.init, rl), strict=True))
+        curves = passk_curves(checkpoints, args.work, args.passk_tasks)
     name = args.name or ("summary" if args.reward == "binary" else f"summary_{args.reward}")
     passk = "passk" if args.name is None else f"passk_{args.name}"
     if curves:
