@@ -53,10 +53,10 @@ def evaluate(checkpoint: str, path: Path, per_rung: int) -> dict[str, list[int]]
     from glmflash.checkpoint import load_model
     from glmflash.evaluate.rungs import RUNGS, evaluate_rungs
 
-    out = {}
+    out, model = {}, None
     for rungs, file in ((RUNGS, path), (TRAINED, path.with_name(f"{path.stem}_trained.json"))):
         if not file.is_file():
-            model, _ = load_model(checkpoint)
+            model = model or load_model(checkpoint)[0]
             result = evaluate_rungs(model, rungs, "confirm", per_rung)["greedy"]
             file.write_text(json.dumps(result.to_json()))
         out.update(task_passes(json.loads(file.read_text())))
@@ -132,8 +132,7 @@ def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[
             draws = Sampling("sample", PASSK_SAMPLES)
             res = evaluate_rungs(model, RUNGS, "confirm", n_tasks, draws)["sampled"]
             path.write_text(json.dumps(res.to_json()))
-        for rung in RUNGS:
-            passed = task_pass_counts(path, rung)
+        for rung, passed in task_pass_counts(path).items():
             ns = [PASSK_SAMPLES] * len(passed)
             curves.setdefault(rung, {})[label] = [
                 mean_pass_at_k(ns, passed, k) for k in range(1, PASSK_SAMPLES + 1)
@@ -141,13 +140,14 @@ def passk_curves(checkpoints: dict[str, str], work: Path, n_tasks: int) -> dict[
     return curves
 
 
-def task_pass_counts(path: Path, rung: str) -> list[int]:
-    """Passing samples of each of `rung`'s tasks in a pass@k file (PASSK_SAMPLES a task)."""
-    rows = [r for r in json.loads(path.read_text())["records"] if r["group"] == rung]
-    return [
-        sum(r["status"] == "pass" for r in rows[i : i + PASSK_SAMPLES])
-        for i in range(0, len(rows), PASSK_SAMPLES)
-    ]
+def task_pass_counts(path: Path) -> dict[str, list[int]]:
+    """rung -> passing samples of each of its tasks in a pass@k file (PASSK_SAMPLES a task,
+    consecutive)."""
+    rows = task_passes(json.loads(path.read_text()))
+    return {
+        rung: [sum(passes[i : i + PASSK_SAMPLES]) for i in range(0, len(passes), PASSK_SAMPLES)]
+        for rung, passes in rows.items()
+    }
 
 
 def passk_gains(work: Path) -> dict[str, dict[str, list[float]]]:
@@ -158,12 +158,11 @@ def passk_gains(work: Path) -> dict[str, dict[str, list[float]]]:
     from glmflash.evaluate.stats import hierarchical_bootstrap
 
     gains: dict[str, dict[str, list[float]]] = {}
+    counts = [task_pass_counts(work / f"passk_{x}.json") for x in PASSK_LABELS]
     for rung in RUNGS:
-        before, after = (task_pass_counts(work / f"passk_{x}.json", rung) for x in PASSK_LABELS)
+        before, after = (np.array(c[rung]) for c in counts)
         for k in (1, PASSK_SAMPLES):
-            d = pass_at_k(PASSK_SAMPLES, np.array(after), k) - pass_at_k(
-                PASSK_SAMPLES, np.array(before), k
-            )
+            d = pass_at_k(PASSK_SAMPLES, after, k) - pass_at_k(PASSK_SAMPLES, before, k)
             iv = hierarchical_bootstrap([d], seed=0)
             gains.setdefault(rung, {})[f"pass@{k}"] = [iv.estimate, iv.low, iv.high]
     return gains
@@ -282,7 +281,7 @@ def main() -> int:
     threads = 1 if args.jobs > 1 else None
     with ProcessPoolExecutor(args.jobs) as pool:
         for f in [
-            pool.submit(one_seed, args.init, s, args.work, args.per_rung, threads, config(args, s))
+            pool.submit(one_seed, args.init, s, args.work, per_rung, threads, config(args, s))
             for s in args.seeds
         ]:
             f.result()
