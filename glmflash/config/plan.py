@@ -13,7 +13,7 @@ from glmflash.config.rl import RLConfig
 from glmflash.config.vision import VisionConfig
 
 RL_MEETINGS = 4  # rl-meetings (dev, seed 1): 8 meetings or lr 1e-4 lifted no rung further
-RL_LR = 3e-5  # the whole model's rate (rl-scope-lr, rl-meetings)
+RL_LR = 3e-5  # the whole model's rate: rl-scope-lr's choice on dev, the RL experiments' ALL_LR
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from glmflash.config.plan import RL_LR
 from glmflash.data import ladder
 from glmflash.experiments.registry import Experiment, register
 from glmflash.experiments.rl_arm import QUICK, train_and_evaluate
@@ -78,7 +79,7 @@ RUNGS = (
     "seed_neutral_names",
     "seed_misleading_names",
 )
-ALL_LR = 3e-5  # whole-model learning rate: rl-scope-lr's choice on dev (results/rl_edge)
+ALL_LR = RL_LR  # whole-model learning rate: rl-scope-lr's choice on dev (results/rl_edge)
 BASE: dict[str, Any] = {
     "init": None,
     "families": ["increment", "double", "even"],

@@ -7,7 +7,7 @@
 #   bash results/rl_edge/run.sh [scope-lr|composition|passk|remedies|overfit|structures|sampler|meetings] ...
 # 1. scope-lr: the edge sampler on the whole model at lr 1e-5, 3e-5, 1e-4 and on the last
 #    block and head at 1e-4, and the untrained checkpoint, dev split, seeds 1-2 (a screen);
-#    its report sets ALL_LR in glmflash/experiments/rl_composition.py (by hand).
+#    its report sets RL_LR in glmflash/config/plan.py (by hand; the experiments' ALL_LR).
 # 2. composition: the checkpoint and four arms, 8 paired seeds, the confirm split opened once.
 # 3. passk: pass@k for k = 1..64 of the checkpoint and of the winning arm, 16 tasks per rung.
 # 4. remedies: edge_all against the same on the depth-2 RL structures alone, twice as long,
