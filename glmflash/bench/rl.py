@@ -1,19 +1,23 @@
 """`glmflash bench rl`: RL rollouts per second, and where an RL step's time goes.
 
 Steps of the pipeline's RL stage (`PipelinePlan.full(0).rl`: 4 tasks x 16 samples, verified,
-one update of the whole model) run from a trained checkpoint, each timed in its phases:
-sampling (cached decoding), verification (the sandboxed pool) and the update; the first step
+one update of the whole model, in the precision the stage chooses here) run from a trained
+checkpoint, each timed in its phases: sampling (cached decoding), verification (the sandboxed
+pool) and the update; the first step
 warms up (the verifier's workers start) and is not counted. A random model would not do: its
 completions stop at their first token, so `--checkpoint` is required.
 
 The baseline is the reference lab's way of sampling, measured in the same run on the first
 timed step's prompts with the same seed and weights, just before that step: the whole prefix
-recomputed for every new token. Its
-ratio compares the RL step with that sampling (same verification and update) against ours.
+recomputed for every new token. Its ratio compares the RL step with that sampling (same
+verification and update) against ours.
+Where the stage chooses bf16 updates, the same steps run again with fp32 updates from the same
+checkpoint (the first step's rollouts are the same draws), so the choice has its ratio too.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +27,8 @@ from typing import Any
 import torch
 
 from glmflash import checkpoint as ckpt
-from glmflash.config import PipelinePlan
+from glmflash.config import PipelinePlan, RLConfig
+from glmflash.device import autocast_dtype
 from glmflash.train.rl import make_learner, rl_step, rl_tasks, sample_rollouts
 
 PHASES = ("sample", "verify", "update")
@@ -38,34 +43,21 @@ def bench_rl(
 ) -> dict[str, Any]:
     """Every figure of `glmflash bench rl`, as one JSON-ready dict with `ratios`."""
     cfg = PipelinePlan.full(seed=0).rl
-    model, _ = ckpt.load_model(checkpoint, torch.device(device))
-    tasks = rl_tasks(cfg)
-    n = cfg.tasks_per_step
-    if (steps + 1) * n > len(tasks):
-        raise ValueError(f"at most {len(tasks) // n - 1} timed steps (the RL stage's tasks)")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
-        learner = make_learner(model, cfg, Path(tmp))
-        for s in range(steps + 1):
-            if s == 1:  # the weights the first timed step samples with
-                log("the first timed step's sampling, recomputing the prefix per token (slow)")
-                t0 = time.perf_counter()
-                sample_rollouts(model, tasks[n : 2 * n], n, cfg, use_cache=False)
-                full_sample = time.perf_counter() - t0
-            log(f"RL step {s + 1} of {steps + 1}" + (" (warm-up)" if s == 0 else ""))
-            t0 = time.perf_counter()
-            stats = rl_step(learner, tasks[s * n : (s + 1) * n], s * n)
-            rows.append({**stats, "step_seconds": time.perf_counter() - t0})
+    device = torch.device(device)
+    amp = autocast_dtype(device, cfg.precision)
+    n, available = cfg.tasks_per_step, len(rl_tasks(cfg))
+    if (steps + 1) * n > available:
+        raise ValueError(f"at most {available // n - 1} timed steps (the RL stage's tasks)")
+    rows, full_sample = _timed_steps(checkpoint, cfg, amp, steps, device, log, full_recompute=True)
     timed = rows[1:]
     step_seconds = sum(r["step_seconds"] for r in timed) / steps
-    phases = {p: sum(r[f"{p}_seconds"] for r in timed) / steps for p in PHASES}
-    phases["other"] = step_seconds - sum(phases.values())
+    phases = _phases(timed)
     rollouts = n * cfg.group_size
-
     full_step = rows[1]["step_seconds"] - rows[1]["sample_seconds"] + full_sample
-    return {
+    result = {
         "bench": "rl",
         "checkpoint": str(checkpoint),
+        "update_dtype": str(amp or torch.float32).removeprefix("torch."),
         "timed_steps": steps,
         "rollouts_per_step": rollouts,
         "rollouts_per_s": rollouts / step_seconds,
@@ -85,6 +77,58 @@ def bench_rl(
             "rl_sampling_cached_vs_full": full_sample / rows[1]["sample_seconds"],
         },
     }
+    if amp is not None:  # the same steps with fp32 updates: what the precision choice buys
+        log("the same steps with fp32 updates")
+        fp32_rows, _ = _timed_steps(checkpoint, cfg, None, steps, device, log)
+        fp32_phases = _phases(fp32_rows[1:])
+        fp32_step = sum(r["step_seconds"] for r in fp32_rows[1:]) / steps
+        result["fp32_updates"] = {
+            "rollouts_per_s": rollouts / fp32_step,
+            "step_seconds": fp32_step,
+            "phase_seconds": fp32_phases,
+        }
+        result["ratios"].update(
+            update_fp32_vs_chosen=fp32_phases["update"] / phases["update"],
+            rl_step_fp32_vs_chosen=fp32_step / step_seconds,
+        )
+    return result
+
+
+def _timed_steps(
+    checkpoint: str | Path,
+    cfg: RLConfig,
+    amp: torch.dtype | None,
+    steps: int,
+    device: torch.device,
+    log: Callable[[str], None],
+    full_recompute: bool = False,
+) -> tuple[list[dict[str, Any]], float]:
+    """steps + 1 RL steps of the stage from the checkpoint, updates under autocast to `amp`:
+    each step's figures with its seconds, and (full_recompute) the seconds of sampling the
+    first timed step's rollouts by recomputing the prefix per token, just before that step."""
+    model, _ = ckpt.load_model(checkpoint, device)
+    tasks, n = rl_tasks(cfg), cfg.tasks_per_step
+    rows, full_sample = [], math.nan
+    with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
+        learner = make_learner(model, cfg, Path(tmp), amp)
+        for s in range(steps + 1):
+            if s == 1 and full_recompute:  # the weights the first timed step samples with
+                log("the first timed step's sampling, recomputing the prefix per token (slow)")
+                t0 = time.perf_counter()
+                sample_rollouts(model, tasks[n : 2 * n], n, cfg, use_cache=False)
+                full_sample = time.perf_counter() - t0
+            log(f"RL step {s + 1} of {steps + 1}" + (" (warm-up)" if s == 0 else ""))
+            t0 = time.perf_counter()
+            stats = rl_step(learner, tasks[s * n : (s + 1) * n], s * n)
+            rows.append({**stats, "step_seconds": time.perf_counter() - t0})
+    return rows, full_sample
+
+
+def _phases(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean seconds per step of each phase, and the rest ("other")."""
+    phases = {p: sum(r[f"{p}_seconds"] for r in rows) / len(rows) for p in PHASES}
+    phases["other"] = sum(r["step_seconds"] for r in rows) / len(rows) - sum(phases.values())
+    return phases
 
 
 __all__ = ["bench_rl"]

@@ -34,7 +34,7 @@ from glmflash.checkpoint import (
 )
 from glmflash.config import ModelConfig, PretrainConfig, model_config
 from glmflash.data.code_tasks import tasks
-from glmflash.device import autocast, autocast_dtype, resolve_device
+from glmflash.device import autocast, resolve_device
 from glmflash.evaluate.coding import evaluate_tasks
 from glmflash.flags import changed_settings, from_fields
 from glmflash.machine import bf16_warning, machine_record
@@ -54,6 +54,8 @@ from glmflash.train.runlog import (
     check_resume,
     note_machine,
     read_jsonl,
+    recorded_dtypes,
+    run_autocast,
     trim_metrics,
 )
 from glmflash.train.schedule import Schedule, lr_at, set_lr
@@ -332,32 +334,6 @@ def check_branch(checkpoint: Path, cfg: PretrainConfig, mcfg: ModelConfig) -> No
         raise TrainError(
             f"cannot branch from {checkpoint}: the schedules differ before its step {step}"
         )
-
-
-def recorded_dtypes(run_file: Path) -> dict[str, torch.dtype | None]:
-    """The dtypes the run recorded in `run_file` chose at its first start: "autocast" (None for
-    none) and Muon's "newton_schulz", where recorded; {} for a run not yet started."""
-    machines = json.loads(run_file.read_text()).get("machines", []) if run_file.is_file() else []
-    if not machines:
-        return {}
-    dtypes = machines[0]["dtypes"]
-    return {k: None if v == "none" else getattr(torch, v) for k, v in dtypes.items()}
-
-
-def run_autocast(
-    dev: torch.device, precision: str, chosen: dict[str, torch.dtype | None], dist: DistInfo
-) -> torch.dtype | None:
-    """The run's autocast dtype. `auto` is decided once per run, at its first start (bf16 only
-    where every rank measured it fast), and read back (`chosen`, from run.json) when the run
-    resumes or a branch continues it: a calibration taken on a busy machine cannot switch a
-    run's precision half-way."""
-    if precision != "auto":
-        return autocast_dtype(dev, precision)
-    if "autocast" in chosen:
-        return chosen["autocast"]
-    amp = autocast_dtype(dev, "auto")
-    fast = torch.tensor(float(amp is not None), device=dev)
-    return amp if float(all_reduce_mean(fast, dist)) == 1.0 else None
 
 
 def precision_choices(optimizer: Any, amp: torch.dtype | None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from glmflash.checkpoint import checkpoint_dirs, load_training_state, save_train
 from glmflash.config import RLConfig, Sampling
 from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import CodeTask, interleaved_tasks, tasks
-from glmflash.device import resolve_device
+from glmflash.device import autocast, autocast_dtype, resolve_device
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.generate import (
     Completion,
@@ -65,6 +65,7 @@ from glmflash.machine import machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
 from glmflash.progress import Progress
+from glmflash.train.distributed import DistInfo
 from glmflash.train.policy_gradient import (
     advantages,
     k3_kl,
@@ -77,6 +78,8 @@ from glmflash.train.runlog import (
     check_resume,
     note_machine,
     read_jsonl,
+    recorded_dtypes,
+    run_autocast,
     trim_metrics,
 )
 from glmflash.train.step import update
@@ -263,14 +266,15 @@ def train_rl(
     else:
         out.mkdir(parents=True, exist_ok=True)
         run_file.write_text(json.dumps(record, indent=2))
-    learner = make_learner(model, cfg, out)
+    amp = run_autocast(dev, cfg.precision, recorded_dtypes(run_file), DistInfo())
+    learner = make_learner(model, cfg, out, amp)
     trainable = sum(p.numel() for p in learner.params)
-    log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope})")
+    log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope}), updates in {amp or 'fp32'}")
     start = 0
     if resume and checkpoint_dirs(out):
         start = load_training_state(checkpoint_dirs(out)[-1], model, learner.optimizer)
         log(f"resuming {out} from group {start}")
-    note_machine(run_file, start, machine_record(dev, autocast="none"))
+    note_machine(run_file, start, machine_record(dev, autocast=amp or "none"))
     trim_metrics(out / METRICS, start)
     trim_metrics(out / ROLLOUTS, start)
     order = rl_tasks(cfg)
@@ -407,7 +411,8 @@ def rl_optimizer(params: list[Tensor], cfg: RLConfig) -> torch.optim.Optimizer:
 class Learner:
     """What a training step works on: the policy and its frozen initial copy (the KL
     reference; None for SFT), the optional pretraining stream of the ptx term, the optimizer
-    over the trained parameters, the settings and the run folder."""
+    over the trained parameters, the settings, the run folder and the update's autocast dtype
+    (None: fp32)."""
 
     model: GLMFlash
     reference: GLMFlash | None
@@ -416,20 +421,26 @@ class Learner:
     params: list[Tensor]
     cfg: RLConfig
     out: Path
+    amp: torch.dtype | None = None
 
 
-def make_learner(model: GLMFlash, cfg: RLConfig, out: Path) -> Learner:
+def make_learner(
+    model: GLMFlash, cfg: RLConfig, out: Path, amp: torch.dtype | str | None = "precision"
+) -> Learner:
     """Set the trained scope of `model` and gather what its steps need: the frozen initial
     policy (the KL penalty's anchor when kl > 0, and always the health metric's; the
     supervised control samples nothing and logs no KL, so it gets none), the ptx stream when
-    ptx > 0, and the optimizer over the trained parameters."""
+    ptx > 0, the optimizer over the trained parameters, and the update's autocast dtype:
+    `amp`, or by default what cfg.precision chooses on the model's device."""
+    if amp == "precision":
+        amp = autocast_dtype(next(model.parameters()).device, cfg.precision)
     set_scope(model, cfg.scope)
     reference = None
     if cfg.objective == "rloo":
         reference = copy.deepcopy(model).eval().requires_grad_(False)
     ptx = ptx_stream(cfg, model.cfg.context) if cfg.ptx > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
-    return Learner(model, reference, ptx, rl_optimizer(params, cfg), params, cfg, out)
+    return Learner(model, reference, ptx, rl_optimizer(params, cfg), params, cfg, out, amp)
 
 
 def sample_rollouts(
@@ -565,6 +576,7 @@ def rl_step(
         adv[rows],
         cfg,
         lm_batch,
+        learner.amp,
     )
     t4 = time.perf_counter()
     statuses = [v.status for v in verdicts]
@@ -601,8 +613,9 @@ def sft_step(learner: Learner, batch: list[CodeTask], g0: int) -> dict[str, Any]
     model.train()
     prompts = [tok.encode(t.prompt) for t in batch]
     bodies = [tok.encode(t.reference) + [tok.EOS] for t in batch]
-    scored = sequence_logprobs(model, prompts, bodies)
-    loss = -scored.logp.sum() / scored.mask.sum()
+    with autocast(next(model.parameters()).device, learner.amp):
+        scored = sequence_logprobs(model, prompts, bodies)
+        loss = -scored.logp.sum() / scored.mask.sum()
     update(learner.optimizer, loss, learner.params, learner.cfg.grad_clip)
     return {
         "reward_mean": None,
@@ -624,16 +637,18 @@ def policy_update(
     adv: Tensor,
     cfg: RLConfig,
     lm_batch: tuple[Tensor, Tensor] | None = None,
+    amp: torch.dtype | None = None,
 ) -> dict[str, float | None]:
     """cfg.update_epochs policy-gradient steps on the completions with nonzero advantage.
     The scored tokens are exactly the sampled ones: the body and the token that ended it (EOS,
     or the first byte of the line back at column 0).
-    `lm_batch` (x, y) adds cfg.ptx times its next-token loss. A batch with no advantage is
-    skipped whole (a group without reward spread still moves nothing). Returns the loss and
-    gradient norm of the first update, the entropy and KL to `reference` (None without one)
-    on the scored tokens before it (the KL over cfg.kl_rows of the completions when kl = 0),
-    and the mean clip fraction over the updates. One piece on purpose: each epoch reads as
-    PPO's update does (score, surrogate, KL penalty, ptx, step).
+    `lm_batch` (x, y) adds cfg.ptx times its next-token loss. The forward passes (the
+    reference's too) run under autocast to `amp` (None: fp32), the log-softmax in fp32. A batch
+    with no advantage is skipped whole (a group without reward spread still moves nothing).
+    Returns the loss and gradient norm of the first update, the entropy and KL to `reference`
+    (None without one) on the scored tokens before it (the KL over cfg.kl_rows of the
+    completions when kl = 0), and the mean clip fraction over the updates. One piece on
+    purpose: each epoch reads as PPO's update does (score, surrogate, KL penalty, ptx, step).
     """
     sel = (adv != 0).nonzero().flatten().tolist()
     if not sel:
@@ -642,8 +657,9 @@ def policy_update(
     ids = [completions[i].sampled for i in sel]
     chosen = [prompts[i] for i in sel]
     ref, kl_at = None, kl_rows(len(sel), len(sel) if cfg.kl > 0 else cfg.kl_rows)
+    device = next(model.parameters()).device
     if reference is not None:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, amp):
             ref = sequence_logprobs(
                 reference,
                 [chosen[i] for i in kl_at],
@@ -655,9 +671,10 @@ def policy_update(
     stats: dict[str, Any] = {}
     old, clip_fractions = None, []
     for epoch in range(cfg.update_epochs):
-        scored = sequence_logprobs(
-            model, chosen, ids, with_entropy=epoch == 0, temperature=cfg.temperature
-        )
+        with autocast(device, amp):
+            scored = sequence_logprobs(
+                model, chosen, ids, with_entropy=epoch == 0, temperature=cfg.temperature
+            )
         logp, mask = scored.logp, scored.mask
         if epoch == 0:
             stats["entropy"] = float(scored.entropy.sum() / mask.sum().clamp_min(1))
@@ -685,8 +702,9 @@ def policy_update(
         # the mean runs over all N completions: zero-advantage ones add nothing but count
         loss = loss * len(sel) / len(adv)
         if lm_batch is not None:
-            x, y = (t.to(logp.device) for t in lm_batch)
-            loss = loss + cfg.ptx * model(x, y).loss
+            x, y = (t.to(device) for t in lm_batch)
+            with autocast(device, amp):
+                loss = loss + cfg.ptx * model(x, y).loss
         grad_norm = update(optimizer, loss, params, cfg.grad_clip)
         if epoch == 0:
             stats.update(loss=float(loss.detach()), grad_norm=grad_norm)

@@ -8,7 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from glmflash.device import autocast_dtype
 from glmflash.flags import changed_settings
+from glmflash.train.distributed import DistInfo, all_reduce_mean
 
 METRICS = "metrics.jsonl"
 
@@ -63,4 +67,39 @@ def note_machine(run_file: Path, start_step: int, machine: dict[str, Any]) -> No
     tmp.replace(run_file)
 
 
-__all__ = ["METRICS", "TrainError", "append_jsonl", "note_machine", "read_jsonl", "trim_metrics"]
+def recorded_dtypes(run_file: Path) -> dict[str, torch.dtype | None]:
+    """The dtypes the run recorded in `run_file` chose at its first start: "autocast" (None for
+    none) and Muon's "newton_schulz", where recorded; {} for a run not yet started."""
+    machines = json.loads(run_file.read_text()).get("machines", []) if run_file.is_file() else []
+    if not machines:
+        return {}
+    dtypes = machines[0]["dtypes"]
+    return {k: None if v == "none" else getattr(torch, v) for k, v in dtypes.items()}
+
+
+def run_autocast(
+    dev: torch.device, precision: str, chosen: dict[str, torch.dtype | None], dist: DistInfo
+) -> torch.dtype | None:
+    """The run's autocast dtype. `auto` is decided once per run, at its first start (bf16 only
+    where every rank measured it fast), and read back (`chosen`, from run.json) when the run
+    resumes or a branch continues it: a calibration taken on a busy machine cannot switch a
+    run's precision half-way."""
+    if precision != "auto":
+        return autocast_dtype(dev, precision)
+    if "autocast" in chosen:
+        return chosen["autocast"]
+    amp = autocast_dtype(dev, "auto")
+    fast = torch.tensor(float(amp is not None), device=dev)
+    return amp if float(all_reduce_mean(fast, dist)) == 1.0 else None
+
+
+__all__ = [
+    "METRICS",
+    "TrainError",
+    "append_jsonl",
+    "note_machine",
+    "read_jsonl",
+    "recorded_dtypes",
+    "run_autocast",
+    "trim_metrics",
+]

@@ -1,10 +1,12 @@
 """`glmflash bench rl`: the warm-up step is not counted, the phases are the steps' own, the
 baseline samples the first timed step's prompts with the same seed by full recomputation;
+where the stage chooses bf16 updates, the same steps rerun with fp32 updates for their ratio;
 the command runs end to end on a tiny checkpoint. No timing assertions."""
 
 import json
 
 import pytest
+import torch
 
 from glmflash.bench import rl as bench_rl_module
 from glmflash.bench.rl import bench_rl
@@ -43,6 +45,7 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
     clock = iter(range(0, 1000, 10))  # each step takes 10 "seconds", the baseline too
     monkeypatch.setattr(bench_rl_module.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(bench_rl_module, "rl_step", fake_step)
+    monkeypatch.setattr(bench_rl_module, "autocast_dtype", lambda *a: None)  # an fp32 host
     monkeypatch.setattr(  # the baseline's sampling: the RL step's own, without the cache
         "glmflash.train.rl.generate",
         lambda model, prompts, *a, **kw: sampled.append((prompts, kw, len(calls))),
@@ -64,6 +67,37 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
     assert r["ratios"]["rl_step_vs_full_recompute_sampling"] == (10 - 2 + 10) / 10
 
 
+def test_bf16_updates_are_timed_against_fp32_updates_of_the_same_steps(checkpoint, monkeypatch):
+    """Where the stage's precision chooses bf16, the steps run twice from the checkpoint: under
+    bf16 updates (the reported figures) and under fp32 (their ratio), each with its warm-up."""
+    amps, g0s = [], []
+
+    def fake_step(learner, batch, g0):
+        amps.append(learner.amp)
+        g0s.append(g0)
+        k = len(amps)
+        return {
+            "sample_seconds": 1.0,
+            "verify_seconds": 1.0,
+            "update_seconds": 1.0 * k,
+            "mean_len": 1.0,
+            "truncation_rate": 0.0,
+        }
+
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(bench_rl_module.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(bench_rl_module, "rl_step", fake_step)
+    monkeypatch.setattr(bench_rl_module, "autocast_dtype", lambda *a: torch.bfloat16)
+    monkeypatch.setattr("glmflash.train.rl.generate", lambda *a, **kw: None)
+    r = bench_rl(checkpoint, steps=2)
+    n = PipelinePlan.full(seed=0).rl.tasks_per_step
+    assert amps == [torch.bfloat16] * 3 + [None] * 3 and g0s == [0, n, 2 * n] * 2
+    assert r["update_dtype"] == "bfloat16" and r["phase_seconds"]["update"] == 2.5
+    assert r["fp32_updates"]["phase_seconds"]["update"] == 5.5  # calls 5 and 6, not 4
+    assert r["ratios"]["update_fp32_vs_chosen"] == 5.5 / 2.5
+    assert r["ratios"]["rl_step_fp32_vs_chosen"] == 1.0
+
+
 def test_command_runs_on_a_checkpoint(checkpoint):
     r = json.loads(bench("rl", "--json", "--checkpoint", str(checkpoint), "--steps", "1"))
     cfg = PipelinePlan.full(seed=0).rl
@@ -71,7 +105,10 @@ def test_command_runs_on_a_checkpoint(checkpoint):
     phases = r["phase_seconds"]
     assert abs(sum(phases.values()) - r["step_seconds"]) < 1e-9
     assert all(phases[p] > 0 for p in ("sample", "verify", "update"))
-    assert set(r["ratios"]) == {"rl_step_vs_full_recompute_sampling", "rl_sampling_cached_vs_full"}
+    ratios = {"rl_step_vs_full_recompute_sampling", "rl_sampling_cached_vs_full"}
+    if r["update_dtype"] != "float32":  # this machine chose bf16 updates
+        ratios |= {"update_fp32_vs_chosen", "rl_step_fp32_vs_chosen"}
+    assert set(r["ratios"]) == ratios
     assert "cpu_capability" in r["environment"]
 
 

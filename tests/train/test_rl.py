@@ -986,3 +986,71 @@ def test_edge_pool_by_structure_pools_every_instance_of_a_family_or_structure(tm
     per_task = SimpleNamespace(out=tmp_path, cfg=dataclasses.replace(cfg, edge_estimate="task"))
     alone = edge_pool(per_task, pool, start=4).sampler.estimates()
     assert (alone[doubles[0]], alone[doubles[1]], alone[doubles[2]]) == (3 / 4, 2 / 4, 1 / 2)
+
+
+def test_bf16_updates_score_under_autocast_and_follow_the_fp32_gradient():
+    """amp bf16: the update's loss differs from fp32's by bf16 rounding only (so autocast was
+    on, and the log-softmax stayed in fp32), and its gradient norm is fp32's within 5%."""
+    model = tiny_model()
+    set_scope(model, "all")
+    comps = generate(model, ["def f(x):\n"] * 4, max_new_tokens=6, temperature=1.0, seed=0)
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+    prompts = [c.prompt_ids for c in comps]
+    stats = {}
+    for amp in (None, torch.bfloat16):
+        params = list(model.parameters())
+        opt = torch.optim.AdamW(params, lr=0.0)
+        cfg = RLConfig(grad_clip=1e9)
+        stats[amp] = policy_update(model, None, opt, params, prompts, comps, adv, cfg, amp=amp)
+    fp32, bf16 = stats[None], stats[torch.bfloat16]
+    assert bf16["loss"] != fp32["loss"]
+    assert bf16["loss"] == pytest.approx(fp32["loss"], rel=0.05)
+    assert bf16["grad_norm"] == pytest.approx(fp32["grad_norm"], rel=0.05)
+
+
+def test_auto_precision_is_chosen_once_and_read_back_on_resume(tmp_path, monkeypatch):
+    """precision auto: the first start's choice (bf16, from a stand-in calibration) is written
+    to run.json and every update runs under it; a resume after a kill reads it back even where
+    the calibration now says fp32, so a run never switches precision half-way."""
+    monkeypatch.setattr("glmflash.verify.verify_many", length_verdicts)
+    monkeypatch.setattr(
+        "glmflash.train.rl.evaluate_tasks", lambda *a, **kw: SimpleNamespace(pass_rate=0.0)
+    )
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", context=192))
+    with torch.no_grad():
+        model.embedding.weight.mul_(4)
+    init = save_model(tmp_path / "ck", model)
+    cfg = RLConfig(
+        families=("double", "even"),
+        groups=4,
+        group_size=3,
+        tasks_per_step=2,
+        eval_every=4,
+        dev_per_family=1,
+        dev_ladder=1,
+        max_new_tokens=8,
+        lr=1e-3,
+        scope="all",
+        precision="auto",
+    )
+    amps = []
+
+    def recorded(*args, **kwargs):
+        amps.append(args[9])  # policy_update's amp, as rl_step passes it
+        if len(amps) == 2:
+            raise Killed
+        return policy_update(*args, **kwargs)
+
+    monkeypatch.setattr("glmflash.train.rl.policy_update", recorded)
+    fast = {"auto": torch.bfloat16, "bf16": torch.bfloat16, "fp32": None}
+    monkeypatch.setattr("glmflash.train.runlog.autocast_dtype", lambda dev, p: fast[p])
+    kw = dict(device="cpu", log=lambda _: None, progress=False)
+    with pytest.raises(Killed):
+        train_rl(init, tmp_path / "run", cfg, **kw)
+    slow = {"auto": None, "bf16": torch.bfloat16, "fp32": None}
+    monkeypatch.setattr("glmflash.train.runlog.autocast_dtype", lambda dev, p: slow[p])
+    train_rl(init, tmp_path / "run", cfg, resume=True, **kw)
+    assert amps == [torch.bfloat16] * 3
+    machines = json.loads((tmp_path / "run" / "run.json").read_text())["machines"]
+    assert [m["dtypes"]["autocast"] for m in machines] == ["bfloat16", "bfloat16"]
