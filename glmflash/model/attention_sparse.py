@@ -22,10 +22,13 @@ Training the indexer (indexer kind only):
     the selection is not used, while the indexer learns from the KL alone.
   The main loss never trains the indexer (the selection is a boolean mask).
 
-Decoding: `KVCache` holds the rotated keys and values of every previous position (and the
-indexer's rotated keys); forward on consecutive pieces chained through it equals one forward.
-Rows of different lengths decode together (fixed kind) over caches padded on the left, each
-row at its own position (`ragged_sparse_mask`).
+Decoding: `KVCache` holds the rotated keys and values of the previous positions, the slot of
+each (its position + 1; 0 marks padding), and the indexer's rotated keys; forward on
+consecutive pieces chained through it equals one forward. Rows of different lengths decode
+together (fixed kind) over caches padded on the left, each row at its own position: a chained
+forward masks by the keys' slots (`slot_mask`). A decoding step needs no key that no later
+query can see: `evict` drops them (fixed kind), so the cache holds about window + L / stride
+keys instead of L, and each step's concatenation copies that much rather than the whole prefix.
 """
 
 from __future__ import annotations
@@ -44,11 +47,19 @@ from glmflash.model.rope import RotaryEmbedding
 
 
 class KVCache(NamedTuple):
-    """Everything a sparse layer has seen: rotated keys and values, and the indexer's keys."""
+    """What a sparse layer keeps of what it has seen: rotated keys and values, each key's slot
+    (position + 1; 0 is the left padding `merge_states` adds), and the indexer's keys."""
 
     k: Tensor  # [B, H, L, D]
     v: Tensor  # [B, H, L, D]
+    slots: Tensor  # [B, L] long
     index_k: Tensor | None = None  # [B, L, indexer_dim], indexer kind only
+
+
+def positions(offset: int | Tensor, batch: int, T: int, device: torch.device) -> Tensor:
+    """[B, T] positions of T tokens at offset.. (one int, or one per row)."""
+    start = torch.as_tensor(offset, device=device).reshape(-1, 1)
+    return (start + torch.arange(T, device=device)).expand(batch, T)
 
 
 @functools.lru_cache(maxsize=512)
@@ -71,13 +82,30 @@ def _visible(i: Tensor, j: Tensor, window: int, stride: int) -> Tensor:
     return (j <= i) & ((i - j < window) | (j % stride == 0))
 
 
-def ragged_sparse_mask(offset: Tensor, T: int, L: int, window: int, stride: int) -> Tensor:
-    """[B, T, L] masks of `fixed_sparse_mask` for rows at their own positions offset[b].. over
-    caches padded on the left to a common length L: key j of row b sits at position
-    offset[b] + T - L + j, and a negative position is padding, never attended."""
-    i = offset[:, None, None] + torch.arange(T, device=offset.device)[:, None]  # [B, T, 1]
-    j = offset[:, None, None] + T - L + torch.arange(L, device=offset.device)  # [B, 1, L]
-    return (j >= 0) & _visible(i, j, window, stride)
+def slot_mask(query: Tensor, slots: Tensor, window: int, stride: int) -> Tensor:
+    """[B, T, L] masks of `fixed_sparse_mask` for queries at positions query [B, T] over keys
+    in slots [B, L] (position + 1), whatever positions the cache holds; slot 0 is padding,
+    never attended."""
+    j = slots[:, None, :] - 1
+    return (j >= 0) & _visible(query[:, :, None], j, window, stride)
+
+
+def evict(cache: KVCache, window: int, stride: int) -> KVCache:
+    """The cache without the keys no later query can see (fixed kind): a key at position j
+    stays visible to the next query i = last + 1 and all after it iff it is an anchor
+    (j % stride == 0) or still in the window (last + 1 - j < window). A key index is dropped
+    only where no row needs it (the rows of a batch share their indices)."""
+    j = cache.slots - 1
+    last = j.max(dim=1, keepdim=True).values  # the newest key of each row
+    keep = ((j >= 0) & ((j % stride == 0) | (last - j < window - 1))).any(0)
+    if bool(keep.all()):
+        return cache
+    index = keep.nonzero().flatten()
+    return cache._replace(
+        k=cache.k.index_select(2, index),
+        v=cache.v.index_select(2, index),
+        slots=cache.slots.index_select(1, index),
+    )
 
 
 class LightningIndexer(nn.Module):
@@ -169,21 +197,24 @@ class SparseAttention(HeadProjections):
         """x [B, T, d_model] at positions offset.. -> (y [B, T, d_model], cache including x).
         A tensor offset [B] places each row at its own position, over a cache padded on the
         left (`merge_states`): the fixed kind only."""
-        T = x.shape[1]
+        B, T = x.shape[:2]
         ragged = isinstance(offset, Tensor)
         if ragged and self.indexer is not None:
             raise ValueError("per-row positions need the fixed sparse kind (no indexer)")
         q, k, v = self.heads(x, offset)
         index_k = self.indexer.keys(x, offset) if self.indexer is not None else None
+        query = positions(offset, B, T, x.device)
+        slots = query + 1
         if state is not None:
             k, v = torch.cat((state.k, k), dim=2), torch.cat((state.v, v), dim=2)
+            slots = torch.cat((state.slots, slots), dim=1)
             if index_k is not None:
                 index_k = torch.cat((state.index_k, index_k), dim=1)
         L = k.shape[2]
 
         self.indexer_kl = None
-        if ragged:
-            mask = ragged_sparse_mask(offset, T, L, self.window, self.stride)[:, None]
+        if self.indexer is None and (ragged or state is not None):  # keys by their slots
+            mask = slot_mask(query, slots, self.window, self.stride)[:, None]
         elif self.indexer is None:
             mask = fixed_sparse_mask(T, L, offset, self.window, self.stride, x.device)
         else:
@@ -196,7 +227,7 @@ class SparseAttention(HeadProjections):
                     self.indexer_kl = self._indexer_kl(q, k, causal, scores)
                 mask = causal if self.dense_warmup else self.indexer.select(scores, L)[:, None]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.merge(y), KVCache(k, v, index_k)
+        return self.merge(y), KVCache(k, v, slots, index_k)
 
     def _indexer_kl(self, q: Tensor, k: Tensor, causal: Tensor, scores: Tensor) -> Tensor:
         """KL(p || softmax(scores)), p = dense causal attention, head mean, per key group."""
@@ -214,6 +245,8 @@ __all__ = [
     "KVCache",
     "LightningIndexer",
     "SparseAttention",
+    "evict",
     "fixed_sparse_mask",
-    "ragged_sparse_mask",
+    "positions",
+    "slot_mask",
 ]

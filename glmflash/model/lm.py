@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glmflash.config.model import ModelConfig
+from glmflash.model.attention_sparse import evict
 from glmflash.model.moe import MoE, MoEStats
 from glmflash.model.norm import RMSNorm
 from glmflash.model.streams import expand_streams, make_stream_mixer, merge_streams
@@ -69,7 +70,7 @@ def merge_states(states: list[DecodeState]) -> DecodeState:
     """One state for the rows of all `states`, in order, each row at its own position: every
     tensor of a layer's state is concatenated along the batch, and where a dimension besides
     the batch differs (a KV cache's length) the shorter ones are padded on the left with zeros,
-    which the per-row positions mark as padding (`ragged_sparse_mask`). Recurrent states have
+    which their slots mark as padding (`attention_sparse.slot_mask`). Recurrent states have
     no length and are simply stacked."""
 
     def rows(state: DecodeState) -> int:
@@ -258,7 +259,18 @@ class GLMFlash(nn.Module):
         later calls (RoPE tables, sparse masks) is built as ordinary tensors, since training
         uses it too."""
         out = self.forward_embeddings(self.embedding(tokens), state)
-        return out.logits, out.state
+        return out.logits, self._evicted(out.state)
+
+    def _evicted(self, state: DecodeState) -> DecodeState:
+        """The state without the keys no later token can see (fixed sparse layers: `evict`),
+        so a decoding step's KV caches stay near window + length / stride keys."""
+        layers = [
+            evict(s, layer.attn.window, layer.attn.stride)
+            if layer.kind == "S" and layer.attn.indexer is None
+            else s
+            for layer, s in zip(self.layers, state.layers, strict=True)
+        ]
+        return DecodeState(layers, state.position)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def set_indexer_warmup(self, on: bool) -> None:

@@ -28,7 +28,7 @@ import torch
 
 from glmflash import checkpoint as ckpt
 from glmflash.config.plan import PipelinePlan
-from glmflash.data import derive_seed
+from glmflash.data import derive_seed, ladder
 from glmflash.generate import generate
 from glmflash.machine import machine_record
 from glmflash.train.rl import rl_tasks, verify_rows
@@ -61,8 +61,7 @@ def main() -> int:
         parser.error("every group size must be at most --samples")
     cfg = PipelinePlan.rl_stage(args.seed)
     model, meta = ckpt.load_model(args.checkpoint, torch.device("cpu"))
-    cycle = cfg.groups // 4  # RL_MEETINGS cycles of every structure once
-    tasks = rl_tasks(cfg)[:cycle]
+    tasks = rl_tasks(cfg)[: len(ladder.structures("rl", 2))]  # the first cycle: each once
     owners = [t for t in tasks for _ in range(args.samples)]
     result = {
         "checkpoint": args.checkpoint,

@@ -33,6 +33,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-structures", 2),
         ("rl-sampler", 2),
         ("rl-meetings", 4),
+        ("rl-temperature", 3),
     ],  # rl-remedies' arms are rl-composition's with settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
@@ -201,3 +202,19 @@ def test_structures_arm_meets_every_depth2_rl_structure_equally_with_new_instanc
     assert budgets["fresh4"] == {**arm, **read, "groups": 4 * len(depth2)}
     assert budgets["fresh4_1e-4"] == {**budgets["fresh4"], "lr": 1e-4}
     assert budgets["fresh8"] == {**arm, **read, "groups": 8 * len(depth2)}
+
+
+def test_temperature_arms_are_the_pipelines_stage_at_two_temperatures():
+    """rl-temperature's t08 is the pipeline's RL stage setting for setting (but the seed), and
+    t10 differs from it in the rollouts' temperature alone."""
+    from glmflash.config import PipelinePlan
+
+    arms = registry.get("rl-temperature").conditions
+
+    def config(arm: dict, seed: int) -> RLConfig:
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in arm.items()}
+        return RLConfig(**{k: v for k, v in fields.items() if k in RL_FIELDS}, seed=seed)
+
+    assert config(arms["t08"], 5) == PipelinePlan.rl_stage(5)
+    assert {k for k in arms["t10"] if arms["t10"][k] != arms["t08"].get(k)} == {"temperature"}
+    assert arms["t10"]["temperature"] == 1.0 and arms["base"]["train"] is False

@@ -253,3 +253,44 @@ def test_runs_under_bf16_autocast(kw):
         assert (y.float() - y32).norm() / y32.norm() < 2e-2
     else:
         assert layer.indexer_kl.dtype == torch.float32 and torch.isfinite(layer.indexer_kl)
+
+
+@pytest.mark.parametrize("window, stride", [(8, 8), (5, 3), (4, 7)])
+def test_decoding_keeps_exactly_the_keys_a_later_query_sees(window, stride):
+    """`GLMFlash.step` evicts from each fixed sparse layer's cache every key no later query can
+    see: after each step the cache holds the anchors (j % stride == 0) and the last window - 1
+    keys, no more and no fewer, for a single row and, for rows at different positions, the
+    union of what each row needs; and the logits still equal each row decoded alone."""
+    from glmflash.model.lm import GLMFlash, merge_states
+
+    torch.manual_seed(0)
+    model = GLMFlash(
+        model_config("tiny", sparse_window=window, sparse_stride=stride, context=96)
+    ).eval()
+    sparse = [i for i, layer in enumerate(model.layers) if layer.kind == "S"]
+    lengths = (3, 11)
+    prompts = [torch.randint(4, 260, (1, n)) for n in lengths]
+    states = [model.step(p)[1] for p in prompts]
+    merged = merge_states(states)
+
+    def needed(last: int) -> set[int]:
+        return {j for j in range(last + 1) if j % stride == 0 or last - j < window - 1}
+
+    for t in range(40):
+        token = torch.randint(4, 260, (len(lengths), 1))
+        logits, merged = model.step(token, merged)
+        lasts = [n + t for n in lengths]
+        for b in range(len(lengths)):
+            alone, states[b] = model.step(token[b : b + 1], states[b])
+            assert torch.allclose(logits[b], alone[0], atol=1e-5), (t, b)
+            for i in sparse:
+                assert set((states[b].layers[i].slots[0] - 1).tolist()) == needed(lasts[b])
+        for i in sparse:  # merged rows share indices: a key stays while any row needs it
+            slots = merged.layers[i].slots
+            kept = {
+                offset - lasts[b] + lasts[-1]  # row b's position as the longest row's index
+                for b in range(len(lengths))
+                for offset in needed(lasts[b])
+            }
+            index_of = (slots[-1] - 1).tolist()  # the longest row has no padding
+            assert set(index_of) == kept, t

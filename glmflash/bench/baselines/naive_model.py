@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from glmflash.bench.baselines.attention import cumsum_linear_attention, gathered_sparse_attention
 from glmflash.config import ModelConfig
 from glmflash.model.attention_linear import LinearAttention, LinearState, feature_map
-from glmflash.model.attention_sparse import KVCache, SparseAttention
+from glmflash.model.attention_sparse import KVCache, SparseAttention, positions
 from glmflash.model.lm import Block, GLMFlash
 from glmflash.model.moe import MoE, swiglu
 from glmflash.model.streams import StaticMixer
@@ -74,7 +74,9 @@ class GatheredSparseAttention(SparseAttention):
             return super().forward(x, state, offset)
         q, k, v = split_heads(self, x, offset)
         y = gathered_sparse_attention(q, k, v, self.window, self.stride)
-        return merge_heads(self, y), KVCache(k, v)
+        return merge_heads(self, y), KVCache(
+            k, v, positions(offset, x.shape[0], x.shape[1], x.device) + 1
+        )
 
 
 class MaskedMoE(MoE):
