@@ -8,7 +8,8 @@ timings include the prompt. Then prompts of many lengths (an evaluation's worklo
 one batch, each row at its own position, against one batch per length. Then the cost of one
 cached step at several context lengths, for the whole model and for one linear and one sparse
 attention layer alone: a linear layer's state has a fixed size, so its step cost is flat; a
-sparse layer's KV cache grows.
+sparse layer's KV cache grows by its anchors only (`GLMFlash.step` evicts the keys no later
+token sees).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ The baseline is the reference lab's way of sampling, measured in the same run on
 timed step's prompts with the same seed and weights, just before that step: the whole prefix
 recomputed for every new token. Its ratio compares the RL step with that sampling (same
 verification and update) against ours.
-Where the stage chooses bf16 updates, the same steps run again with fp32 updates from the same
-checkpoint (the first step's rollouts are the same draws), so the choice has its ratio too.
+Where the stage chooses bf16 updates, one update on the same rollouts (the first step's, from
+the checkpoint) is timed in fp32 and in bf16 in turn, so the choice has its ratio too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,15 @@ import torch
 from glmflash import checkpoint as ckpt
 from glmflash.config import PipelinePlan, RLConfig
 from glmflash.device import autocast_dtype
-from glmflash.train.rl import make_learner, rl_step, rl_tasks, sample_rollouts
+from glmflash.train.policy_gradient import advantages
+from glmflash.train.rl import (
+    make_learner,
+    policy_update,
+    rl_step,
+    rl_tasks,
+    roll_out,
+    sample_rollouts,
+)
 
 PHASES = ("sample", "verify", "update")
 TARGET_ROLLOUTS_PER_S = 10.0  # the reference lab's RL: 1,536 rollouts in 155 s on a GPU
@@ -48,7 +56,7 @@ def bench_rl(
     n, available = cfg.tasks_per_step, len(rl_tasks(cfg))
     if (steps + 1) * n > available:
         raise ValueError(f"at most {available // n - 1} timed steps (the RL stage's tasks)")
-    rows, full_sample = _timed_steps(checkpoint, cfg, amp, steps, device, log, full_recompute=True)
+    rows, full_sample = _timed_steps(checkpoint, cfg, amp, steps, device, log)
     timed = rows[1:]
     step_seconds = sum(r["step_seconds"] for r in timed) / steps
     phases = _phases(timed)
@@ -77,21 +85,43 @@ def bench_rl(
             "rl_sampling_cached_vs_full": full_sample / rows[1]["sample_seconds"],
         },
     }
-    if amp is not None:  # the same steps with fp32 updates: what the precision choice buys
-        log("the same steps with fp32 updates")
-        fp32_rows, _ = _timed_steps(checkpoint, cfg, None, steps, device, log)
-        fp32_phases = _phases(fp32_rows[1:])
-        fp32_step = sum(r["step_seconds"] for r in fp32_rows[1:]) / steps
-        result["fp32_updates"] = {
-            "rollouts_per_s": rollouts / fp32_step,
-            "step_seconds": fp32_step,
-            "phase_seconds": fp32_phases,
-        }
-        result["ratios"].update(
-            update_fp32_vs_chosen=fp32_phases["update"] / phases["update"],
-            rl_step_fp32_vs_chosen=fp32_step / step_seconds,
-        )
+    if amp is not None:  # what the precision choice buys, on identical work
+        log("the update in fp32 and in bf16 on the same rollouts, in turn")
+        updates = _update_seconds(checkpoint, cfg, amp, device)
+        ratio = updates["fp32"] / updates["chosen"]
+        result["update_seconds_same_rollouts"] = updates
+        result["ratios"]["update_fp32_vs_chosen"] = ratio
+        # the timed steps had their update run at fp32's speed instead
+        fp32_step = step_seconds + phases["update"] * (ratio - 1)
+        result["rollouts_per_s_with_fp32_updates"] = rollouts / fp32_step
     return result
+
+
+def _update_seconds(
+    checkpoint: str | Path, cfg: RLConfig, amp: torch.dtype, device: torch.device, rounds: int = 2
+) -> dict[str, float]:
+    """Best seconds of one update (`policy_update`, an AdamW at lr 0 so the weights stay) on
+    the same rollouts (the stage's first step with reward spread, from the checkpoint), in
+    fp32 and under autocast to `amp`, taking turns `rounds` times."""
+    model, _ = ckpt.load_model(checkpoint, device)
+    tasks, n = rl_tasks(cfg), cfg.tasks_per_step
+    with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
+        learner = make_learner(model, cfg, Path(tmp), amp=amp)
+        for g0 in range(0, len(tasks) - n + 1, n):  # the first step with a gradient
+            rolled = roll_out(learner, tasks[g0 : g0 + n], g0)
+            adv = advantages(rolled.rewards, cfg.advantage, cfg.normalize_std).flatten()
+            if adv.any():
+                break
+    prompts = [c.prompt_ids for c in rolled.completions]
+    optimizer = torch.optim.AdamW(learner.params, lr=0.0)
+    best = {"fp32": math.inf, "chosen": math.inf}
+    for _ in range(rounds):
+        for name, dtype in (("fp32", None), ("chosen", amp)):
+            t0 = time.perf_counter()
+            args = (model, learner.reference, optimizer, learner.params, prompts)
+            policy_update(*args, rolled.completions, adv, cfg, amp=dtype)
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def _timed_steps(
@@ -101,18 +131,17 @@ def _timed_steps(
     steps: int,
     device: torch.device,
     log: Callable[[str], None],
-    full_recompute: bool = False,
 ) -> tuple[list[dict[str, Any]], float]:
     """steps + 1 RL steps of the stage from the checkpoint, updates under autocast to `amp`:
-    each step's figures with its seconds, and (full_recompute) the seconds of sampling the
-    first timed step's rollouts by recomputing the prefix per token, just before that step."""
+    each step's figures with its seconds, and the seconds of sampling the first timed step's
+    rollouts by recomputing the prefix per token, just before that step."""
     model, _ = ckpt.load_model(checkpoint, device)
     tasks, n = rl_tasks(cfg), cfg.tasks_per_step
     rows, full_sample = [], math.nan
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
-        learner = make_learner(model, cfg, Path(tmp), amp)
+        learner = make_learner(model, cfg, Path(tmp), amp=amp)
         for s in range(steps + 1):
-            if s == 1 and full_recompute:  # the weights the first timed step samples with
+            if s == 1:  # the weights the first timed step samples with
                 log("the first timed step's sampling, recomputing the prefix per token (slow)")
                 t0 = time.perf_counter()
                 sample_rollouts(model, tasks[n : 2 * n], n, cfg, use_cache=False)

@@ -12,7 +12,8 @@ straightforward baselines, both measured in the same run, and where a train step
             step overhead, and the costliest ops
   rl        rollouts per second of the pipeline's RL steps from a trained --checkpoint, the
             time of sampling, verification and update, and the step with the reference lab's
-            sampling (full recomputation per token)
+            sampling (full recomputation per token); where the stage chooses bf16 updates,
+            one update on the same rollouts in fp32 and in bf16
 
 With --json: one JSON object, the raw figures beside `ratios`, which maps each comparison to
 our speed / the baseline's (for memory: the baseline's peak / ours), so higher is better;

@@ -27,8 +27,10 @@ each (its position + 1; 0 marks padding), and the indexer's rotated keys; forwar
 consecutive pieces chained through it equals one forward. Rows of different lengths decode
 together (fixed kind) over caches padded on the left, each row at its own position: a chained
 forward masks by the keys' slots (`slot_mask`). A decoding step needs no key that no later
-query can see: `evict` drops them (fixed kind), so the cache holds about window + L / stride
-keys instead of L, and each step's concatenation copies that much rather than the whole prefix.
+query can see: `GLMFlash.step` drops them (fixed kind; `still_visible`, `evict`) once a window's
+worth can go, so a row's cache holds fewer than 2 window + L / stride keys instead of L, and
+each step's concatenation copies that much rather than the whole prefix (merged rows at
+different positions keep the anchors of each).
 """
 
 from __future__ import annotations
@@ -90,17 +92,22 @@ def slot_mask(query: Tensor, slots: Tensor, window: int, stride: int) -> Tensor:
     return (j >= 0) & _visible(query[:, :, None], j, window, stride)
 
 
-def evict(cache: KVCache, window: int, stride: int) -> KVCache:
-    """The cache without the keys no later query can see (fixed kind): a key at position j
-    stays visible to the next query i = last + 1 and all after it iff it is an anchor
-    (j % stride == 0) or still in the window (last + 1 - j < window). A key index is dropped
-    only where no row needs it (the rows of a batch share their indices)."""
-    j = cache.slots - 1
-    last = j.max(dim=1, keepdim=True).values  # the newest key of each row
+def still_visible(slots: Tensor, window: int, stride: int) -> Tensor | None:
+    """Indices of the cached keys (slots [B, L]) that some later query can see, or None while
+    fewer than `window` could go (dropping them one at a time would copy the cache at every
+    step). A key at position j is seen by a query i >= last + 1 iff it is an anchor
+    (j % stride == 0) or i - j < window at i = last + 1, i.e. last - j < window - 1. The rows
+    of a batch share their indices: an index stays while any row needs it."""
+    j = slots - 1
+    last = j.max(dim=1, keepdim=True).values  # each row's newest key
     keep = ((j >= 0) & ((j % stride == 0) | (last - j < window - 1))).any(0)
-    if bool(keep.all()):
-        return cache
-    index = keep.nonzero().flatten()
+    if int(keep.numel() - keep.sum()) < window:
+        return None
+    return keep.nonzero().flatten()
+
+
+def evict(cache: KVCache, index: Tensor) -> KVCache:
+    """The cache with only its keys at `index` (`still_visible`)."""
     return cache._replace(
         k=cache.k.index_select(2, index),
         v=cache.v.index_select(2, index),
@@ -249,4 +256,5 @@ __all__ = [
     "fixed_sparse_mask",
     "positions",
     "slot_mask",
+    "still_visible",
 ]

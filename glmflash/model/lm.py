@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glmflash.config.model import ModelConfig
-from glmflash.model.attention_sparse import evict
+from glmflash.model.attention_sparse import SparseAttention, evict, still_visible
 from glmflash.model.moe import MoE, MoEStats
 from glmflash.model.norm import RMSNorm
 from glmflash.model.streams import expand_streams, make_stream_mixer, merge_streams
@@ -30,8 +30,6 @@ from glmflash.model.streams import expand_streams, make_stream_mixer, merge_stre
 def make_attention(cfg: ModelConfig, kind: str) -> nn.Module:
     """The attention of one layer: 'L' linear (ELU or gated delta rule), 'S' sparse."""
     if kind == "S":
-        from glmflash.model.attention_sparse import SparseAttention
-
         return SparseAttention(cfg)
     if cfg.linear_kind == "delta":
         from glmflash.model.attention_delta import DeltaAttention
@@ -253,23 +251,30 @@ class GLMFlash(nn.Module):
     def step(self, tokens: Tensor, state: DecodeState | None = None) -> tuple[Tensor, DecodeState]:
         """Consume tokens [B, t] after `state` (None: an empty prefix); return the logits of
         these t positions [B, t, V] and the state after them. Prefill is one call with the
-        whole prompt; each decoding step is a call with t = 1. In inference mode, which skips
-        autograd's per-op bookkeeping (a faster decoding step: results/profile/decode_step.py
-        measures it); what it caches for
-        later calls (RoPE tables, sparse masks) is built as ordinary tensors, since training
-        uses it too."""
+        whole prompt; each decoding step is a call with t = 1. The state keeps only what a
+        later token can see (`_evicted`). In inference mode, which skips autograd's per-op
+        bookkeeping (a faster decoding step: results/profile/decode_step.py measures it); what
+        it caches for later calls (RoPE tables, sparse masks) is built as ordinary tensors,
+        since training uses it too."""
         out = self.forward_embeddings(self.embedding(tokens), state)
         return out.logits, self._evicted(out.state)
 
     def _evicted(self, state: DecodeState) -> DecodeState:
-        """The state without the keys no later token can see (fixed sparse layers: `evict`),
-        so a decoding step's KV caches stay near window + length / stride keys."""
-        layers = [
-            evict(s, layer.attn.window, layer.attn.stride)
+        """The state without the keys no later token can see (fixed sparse layers, once a
+        window's worth can go: `still_visible`); every such layer holds the same positions, so
+        one index serves them all."""
+        fixed = [
+            i
+            for i, layer in enumerate(self.layers)
             if layer.kind == "S" and layer.attn.indexer is None
-            else s
-            for layer, s in zip(self.layers, state.layers, strict=True)
         ]
+        if not fixed:
+            return state
+        attn = self.layers[fixed[0]].attn
+        index = still_visible(state.layers[fixed[0]].slots, attn.window, attn.stride)
+        if index is None:
+            return state
+        layers = [evict(s, index) if i in fixed else s for i, s in enumerate(state.layers)]
         return DecodeState(layers, state.position)
 
     # -- bookkeeping ------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from glmflash.checkpoint import checkpoint_dirs, load_training_state, save_train
 from glmflash.config import RLConfig, Sampling
 from glmflash.data import derive_seed, ladder
 from glmflash.data.code_tasks import CodeTask, interleaved_tasks, tasks
-from glmflash.device import autocast, autocast_dtype, resolve_device
+from glmflash.device import autocast, resolve_device
 from glmflash.evaluate.coding import completion_source, evaluate_tasks
 from glmflash.generate import (
     Completion,
@@ -61,7 +61,7 @@ from glmflash.generate import (
     generate,
     right_padded,
 )
-from glmflash.machine import machine_record
+from glmflash.machine import bf16_warning, machine_record
 from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
 from glmflash.progress import Progress
@@ -267,9 +267,12 @@ def train_rl(
         out.mkdir(parents=True, exist_ok=True)
         run_file.write_text(json.dumps(record, indent=2))
     amp = run_autocast(dev, cfg.precision, recorded_dtypes(run_file), DistInfo())
-    learner = make_learner(model, cfg, out, amp)
+    if amp is not None and (warning := bf16_warning(dev)):
+        log(warning)
+    learner = make_learner(model, cfg, out, amp=amp)
     trainable = sum(p.numel() for p in learner.params)
-    log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope}), updates in {amp or 'fp32'}")
+    dtype = str(amp or torch.float32).removeprefix("torch.")
+    log(f"rl: {trainable:,} trainable parameters (scope {cfg.scope}), updates in {dtype}")
     start = 0
     if resume and checkpoint_dirs(out):
         start = load_training_state(checkpoint_dirs(out)[-1], model, learner.optimizer)
@@ -424,16 +427,12 @@ class Learner:
     amp: torch.dtype | None = None
 
 
-def make_learner(
-    model: GLMFlash, cfg: RLConfig, out: Path, amp: torch.dtype | str | None = "precision"
-) -> Learner:
+def make_learner(model: GLMFlash, cfg: RLConfig, out: Path, *, amp: torch.dtype | None) -> Learner:
     """Set the trained scope of `model` and gather what its steps need: the frozen initial
     policy (the KL penalty's anchor when kl > 0, and always the health metric's; the
     supervised control samples nothing and logs no KL, so it gets none), the ptx stream when
-    ptx > 0, the optimizer over the trained parameters, and the update's autocast dtype:
-    `amp`, or by default what cfg.precision chooses on the model's device."""
-    if amp == "precision":
-        amp = autocast_dtype(next(model.parameters()).device, cfg.precision)
+    ptx > 0, the optimizer over the trained parameters, and the update's autocast dtype `amp`
+    (None: fp32; a run decides it once from cfg.precision, `runlog.run_autocast`)."""
     set_scope(model, cfg.scope)
     reference = None
     if cfg.objective == "rloo":
@@ -576,7 +575,7 @@ def rl_step(
         adv[rows],
         cfg,
         lm_batch,
-        learner.amp,
+        amp=learner.amp,
     )
     t4 = time.perf_counter()
     statuses = [v.status for v in verdicts]

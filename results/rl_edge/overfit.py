@@ -135,7 +135,7 @@ def main() -> None:
     steps = []
     print(json.dumps({k: curve[-1][k]["sampled_rate"] for k in sets}), flush=True)
     with tempfile.TemporaryDirectory(prefix="rl-overfit-") as tmp:
-        learner = make_learner(model, cfg, Path(tmp))
+        learner = make_learner(model, cfg, Path(tmp), amp=None)  # fp32, as it was measured
         for s in range(args.steps):
             half = (s % (len(trained) // PER_STEP)) * PER_STEP
             turn = trained[half : half + PER_STEP]

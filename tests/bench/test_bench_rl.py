@@ -4,6 +4,7 @@ where the stage chooses bf16 updates, the same steps rerun with fp32 updates for
 the command runs end to end on a tiny checkpoint. No timing assertions."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,35 +68,54 @@ def test_warm_up_is_left_out_and_the_phases_are_the_steps(checkpoint, monkeypatc
     assert r["ratios"]["rl_step_vs_full_recompute_sampling"] == (10 - 2 + 10) / 10
 
 
-def test_bf16_updates_are_timed_against_fp32_updates_of_the_same_steps(checkpoint, monkeypatch):
-    """Where the stage's precision chooses bf16, the steps run twice from the checkpoint: under
-    bf16 updates (the reported figures) and under fp32 (their ratio), each with its warm-up."""
-    amps, g0s = [], []
+def test_bf16_updates_are_timed_against_fp32_on_the_same_rollouts(checkpoint, monkeypatch):
+    """Where the stage's precision chooses bf16, one update on one set of rollouts (the first
+    step with reward spread) is timed in fp32 and in bf16 in turn: the ratio is fp32's best
+    over bf16's, and the rollout rate with fp32 updates rescales the timed steps' update."""
+    from glmflash.train.rl import Rollouts
+
+    G = PipelinePlan.full(seed=0).rl.group_size
+    flat = torch.zeros(4, G, dtype=torch.float64)
+    spread = flat.clone()
+    spread[0, 0] = 1.0
+    batches = iter([flat, spread])  # the first step has no spread: it is skipped
+
+    def fake_roll_out(learner, batch, g0):
+        return Rollouts(batch, [SimpleNamespace(prompt_ids=[g0])] * 4 * G, [], next(batches), 0, 0)
+
+    seen, clock = [], [0.0]
+    seconds = {None: 30.0, torch.bfloat16: 10.0}
+
+    def fake_update(model, reference, opt, params, prompts, completions, adv, cfg, amp):
+        seen.append((amp, prompts[0][0], bool(adv.any())))
+        clock[0] += seconds[amp] + len(seen)  # later rounds slower: the best is the first
 
     def fake_step(learner, batch, g0):
-        amps.append(learner.amp)
-        g0s.append(g0)
-        k = len(amps)
+        clock[0] += 10.0
         return {
             "sample_seconds": 1.0,
             "verify_seconds": 1.0,
-            "update_seconds": 1.0 * k,
+            "update_seconds": 4.0,
             "mean_len": 1.0,
             "truncation_rate": 0.0,
         }
 
-    clock = iter(range(0, 1000, 10))
-    monkeypatch.setattr(bench_rl_module.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(bench_rl_module.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(bench_rl_module, "rl_step", fake_step)
+    monkeypatch.setattr(bench_rl_module, "roll_out", fake_roll_out)
+    monkeypatch.setattr(bench_rl_module, "policy_update", fake_update)
     monkeypatch.setattr(bench_rl_module, "autocast_dtype", lambda *a: torch.bfloat16)
     monkeypatch.setattr("glmflash.train.rl.generate", lambda *a, **kw: None)
     r = bench_rl(checkpoint, steps=2)
     n = PipelinePlan.full(seed=0).rl.tasks_per_step
-    assert amps == [torch.bfloat16] * 3 + [None] * 3 and g0s == [0, n, 2 * n] * 2
-    assert r["update_dtype"] == "bfloat16" and r["phase_seconds"]["update"] == 2.5
-    assert r["fp32_updates"]["phase_seconds"]["update"] == 5.5  # calls 5 and 6, not 4
-    assert r["ratios"]["update_fp32_vs_chosen"] == 5.5 / 2.5
-    assert r["ratios"]["rl_step_fp32_vs_chosen"] == 1.0
+    assert seen == [(None, n, True), (torch.bfloat16, n, True)] * 2  # same rollouts, in turn
+    assert r["update_dtype"] == "bfloat16"
+    assert r["update_seconds_same_rollouts"] == {"fp32": 31.0, "chosen": 12.0}
+    assert r["ratios"]["update_fp32_vs_chosen"] == 31.0 / 12.0
+    step = r["step_seconds"]
+    assert r["rollouts_per_s_with_fp32_updates"] == pytest.approx(
+        r["rollouts_per_step"] / (step + 4.0 * (31.0 / 12.0 - 1))
+    )
 
 
 def test_command_runs_on_a_checkpoint(checkpoint):
@@ -107,7 +127,7 @@ def test_command_runs_on_a_checkpoint(checkpoint):
     assert all(phases[p] > 0 for p in ("sample", "verify", "update"))
     ratios = {"rl_step_vs_full_recompute_sampling", "rl_sampling_cached_vs_full"}
     if r["update_dtype"] != "float32":  # this machine chose bf16 updates
-        ratios |= {"update_fp32_vs_chosen", "rl_step_fp32_vs_chosen"}
+        ratios.add("update_fp32_vs_chosen")
     assert set(r["ratios"]) == ratios
     assert "cpu_capability" in r["environment"]
 

@@ -256,11 +256,13 @@ def test_runs_under_bf16_autocast(kw):
 
 
 @pytest.mark.parametrize("window, stride", [(8, 8), (5, 3), (4, 7)])
-def test_decoding_keeps_exactly_the_keys_a_later_query_sees(window, stride):
-    """`GLMFlash.step` evicts from each fixed sparse layer's cache every key no later query can
-    see: after each step the cache holds the anchors (j % stride == 0) and the last window - 1
-    keys, no more and no fewer, for a single row and, for rows at different positions, the
-    union of what each row needs; and the logits still equal each row decoded alone."""
+def test_decoding_keeps_the_keys_a_later_query_sees_and_drops_the_rest(window, stride):
+    """`GLMFlash.step` evicts from the fixed sparse layers' caches the keys no later query can
+    see, once a window's worth can go: after each step a row's cache holds every anchor
+    (j % stride == 0) and the last window - 1 keys, and fewer than `window` others, and right
+    after an eviction none; rows at different positions keep the union of what each needs.
+    The logits still equal each row decoded alone, and the evicted state continued by
+    several tokens at once, after `select` reorders the rows, equals a full forward."""
     from glmflash.model.lm import GLMFlash, merge_states
 
     torch.manual_seed(0)
@@ -272,25 +274,35 @@ def test_decoding_keeps_exactly_the_keys_a_later_query_sees(window, stride):
     prompts = [torch.randint(4, 260, (1, n)) for n in lengths]
     states = [model.step(p)[1] for p in prompts]
     merged = merge_states(states)
+    fed = [p[0].tolist() for p in prompts]
 
     def needed(last: int) -> set[int]:
         return {j for j in range(last + 1) if j % stride == 0 or last - j < window - 1}
 
+    evictions = 0
     for t in range(40):
         token = torch.randint(4, 260, (len(lengths), 1))
-        logits, merged = model.step(token, merged)
-        lasts = [n + t for n in lengths]
+        logits, after = model.step(token, merged)
         for b in range(len(lengths)):
+            fed[b].append(int(token[b]))
             alone, states[b] = model.step(token[b : b + 1], states[b])
             assert torch.allclose(logits[b], alone[0], atol=1e-5), (t, b)
             for i in sparse:
-                assert set((states[b].layers[i].slots[0] - 1).tolist()) == needed(lasts[b])
-        for i in sparse:  # merged rows share indices: a key stays while any row needs it
-            slots = merged.layers[i].slots
-            kept = {
-                offset - lasts[b] + lasts[-1]  # row b's position as the longest row's index
-                for b in range(len(lengths))
-                for offset in needed(lasts[b])
-            }
-            index_of = (slots[-1] - 1).tolist()  # the longest row has no padding
-            assert set(index_of) == kept, t
+                held = set((states[b].layers[i].slots[0] - 1).tolist())
+                assert needed(len(fed[b]) - 1) <= held, t
+                assert len(held - needed(len(fed[b]) - 1)) < window, t
+        # merged rows share indices: right after an eviction, exactly the union of the needs
+        if after.layers[sparse[0]].k.shape[2] < merged.layers[sparse[0]].k.shape[2] + 1:
+            evictions += 1
+            lasts = [len(f) - 1 for f in fed]
+            kept = {p - lasts[b] + lasts[-1] for b in range(len(lengths)) for p in needed(lasts[b])}
+            for i in sparse:  # as positions of the longest row, which has no padding
+                assert set((after.layers[i].slots[-1] - 1).tolist()) == kept, t
+        merged = after
+    assert evictions >= 2
+    chunk = torch.randint(4, 260, (len(lengths), 4))
+    logits, _ = model.step(chunk.flip(0), merged.select(torch.tensor([1, 0])))
+    for b in range(len(lengths)):
+        whole = torch.tensor([fed[b] + chunk[b].tolist()])
+        expected = model.step(whole)[0][0, -4:]  # one forward over the whole row
+        assert torch.allclose(logits[len(lengths) - 1 - b], expected, atol=1e-5), b
