@@ -56,11 +56,12 @@ rollouts take 27 minutes on the fastest 2-core host, the stage has 2 to 3): ever
 4 times (4,032 rollouts) at ALL_LR and at 1e-4 (fewer steps, larger ones), and 8 times; dev
 split, 64 tasks a rung, so the stage's setting is chosen off the confirm split.
 
-`rl-temperature` asks whether the stage's rollouts teach more at temperature 1 than at 0.8:
-the base's policy at 0.8 writes 0.07 nats a token, so a structure it solves it solves in all 16
-samples and about 40% of the stage's groups carry no gradient (results/rl_edge/spread_probe.py
-measures the share per temperature); both arms are rl-meetings' fresh4 (the pipeline's stage,
-its precision chosen here as the stage's is), dev split, 64 tasks a rung.
+`rl-stage-variants` asks whether the pipeline's stage (`PipelinePlan.rl_stage`, whose arm is
+`stage`) teaches more with its rollouts at temperature 1 than at 0.8 (`t10`): at 0.8 the base
+writes 0.07 nats a token, so a structure it solves it solves in all 16 samples and about 40% of
+the stage's groups carry no gradient (results/rl_edge/spread_probe.py measures the share per
+temperature); and whether the stage's bf16 updates (its precision `auto` on a host with fast
+bf16) teach as its fp32 updates do (`fp32`). Dev split, 64 tasks a rung.
 
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
@@ -320,23 +321,25 @@ BUDGETS = register(
 STAGE_ARM = fresh(  # the pipeline's RL stage (`PipelinePlan.rl_stage`) as an arm
     RL_MEETINGS, **MEETINGS_READ, precision="auto", eval_every=DEPTH2_STRUCTURES
 )
-TEMPERATURE = register(
+STAGE_VARIANTS = register(
     Experiment(
-        name="rl-temperature",
+        name="rl-stage-variants",
         description=(
-            "The pipeline's RL stage with rollouts at temperature 0.8 (its setting) and 1.0, "
-            "from one checkpoint (--set init=CKPT); dev split, 64 tasks a rung."
+            "The pipeline's RL stage, the same with rollouts at temperature 1.0 instead of "
+            "0.8, and with fp32 updates (the stage chooses bf16 where bf16 is fast), from one "
+            "checkpoint (--set init=CKPT); dev split, 64 tasks a rung."
         ),
         conditions={
             "base": {**BASE, **MEETINGS_READ, "train": False},
-            "t08": STAGE_ARM,
+            "stage": STAGE_ARM,
             "t10": {**STAGE_ARM, "temperature": 1.0},
+            "fp32": {**STAGE_ARM, "precision": "fp32"},
         },
         seeds=(1, 2),  # a screen: a winner is confirmed by the stage's seed study
         run=run_remedy,
         metric="rl_only_depth2",
         secondary=(*SECONDARY, "unseen"),
-        comparisons=[("base", "t08"), ("base", "t10"), ("t08", "t10")],
+        comparisons=[("base", "stage"), ("base", "t10"), ("stage", "t10"), ("stage", "fp32")],
         quick=QUICK,
         quick_seeds=(1,),
     )

@@ -4,7 +4,7 @@
 # PIPELINE=runs/pipeline), two single-threaded runs at a time; each study resumes where it
 # stopped.
 # SEEDS=1,2 runs those seeds instead of the experiment's own.
-#   bash results/rl_edge/run.sh [scope-lr|composition|passk|remedies|overfit|structures|sampler|meetings|temperature] ...
+#   bash results/rl_edge/run.sh [scope-lr|composition|passk|remedies|overfit|structures|sampler|meetings|stage-variants] ...
 # 1. scope-lr: the edge sampler on the whole model at lr 1e-5, 3e-5, 1e-4 and on the last
 #    block and head at 1e-4, and the untrained checkpoint, dev split, seeds 1-2 (a screen);
 #    its report sets RL_LR in glmflash/config/plan.py (by hand; the experiments' ALL_LR).
@@ -22,8 +22,9 @@
 #    structure: the share of groups without spread; dev split, seeds 1-2.
 # 8. meetings: rl-structures' arm with each structure met 4 times (lr 3e-5 and 1e-4) and 8
 #    times: the budget of the pipeline's RL stage; dev split, seeds 1-2.
-# 9. temperature: the pipeline's stage with rollouts at temperature 0.8 and 1.0; dev split,
-#    seeds 1-2 (results/rl_edge/spread_probe.py first: the share of groups without spread).
+# 9. stage-variants: the pipeline's stage, the same with rollouts at temperature 1.0, and with
+#    fp32 updates; dev split, seeds 1-2 (results/rl_edge/spread_probe.py: the share of groups
+#    without spread at each temperature).
 set -euo pipefail
 PIPELINE=${PIPELINE:-runs/pipeline}
 CKPT=${CKPT:-$(python3 -c "import json; print(json.load(open('$PIPELINE/pretrain/stage.json'))['selected'])")}

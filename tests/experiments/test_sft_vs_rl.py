@@ -33,7 +33,7 @@ def test_arms_differ_in_the_objective_only():
         ("rl-structures", 2),
         ("rl-sampler", 2),
         ("rl-meetings", 4),
-        ("rl-temperature", 3),
+        ("rl-stage-variants", 4),
     ],  # rl-remedies' arms are rl-composition's with settings test_rl runs end to end
 )
 def test_quick_run_scores_every_arm_per_rung(tmp_path, name, arms):
@@ -204,17 +204,20 @@ def test_structures_arm_meets_every_depth2_rl_structure_equally_with_new_instanc
     assert budgets["fresh8"] == {**arm, **read, "groups": 8 * len(depth2)}
 
 
-def test_temperature_arms_are_the_pipelines_stage_at_two_temperatures():
-    """rl-temperature's t08 is the pipeline's RL stage setting for setting (but the seed), and
-    t10 differs from it in the rollouts' temperature alone."""
+def test_stage_variants_are_the_pipelines_stage_and_one_change_each():
+    """rl-stage-variants' `stage` is the pipeline's RL stage setting for setting (but the
+    seed); t10 differs from it in the rollouts' temperature alone, fp32 in the precision."""
     from glmflash.config import PipelinePlan
 
-    arms = registry.get("rl-temperature").conditions
+    arms = registry.get("rl-stage-variants").conditions
 
     def config(arm: dict, seed: int) -> RLConfig:
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in arm.items()}
         return RLConfig(**{k: v for k, v in fields.items() if k in RL_FIELDS}, seed=seed)
 
-    assert config(arms["t08"], 5) == PipelinePlan.rl_stage(5)
-    assert {k for k in arms["t10"] if arms["t10"][k] != arms["t08"].get(k)} == {"temperature"}
-    assert arms["t10"]["temperature"] == 1.0 and arms["base"]["train"] is False
+    def changed(name: str) -> dict:
+        return {k: v for k, v in arms[name].items() if v != arms["stage"].get(k)}
+
+    assert config(arms["stage"], 5) == PipelinePlan.rl_stage(5)
+    assert changed("t10") == {"temperature": 1.0} and changed("fp32") == {"precision": "fp32"}
+    assert arms["base"]["train"] is False
