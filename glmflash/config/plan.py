@@ -66,7 +66,6 @@ class PipelinePlan:
             groups=RL_MEETINGS * cycle,
             scope="all",
             lr=RL_LR,
-            precision="auto",  # bf16 updates where bf16 is fast (results/profile/rl_precision.py)
             eval_every=cycle,  # the dev check once a cycle
             seed=seed,
         )

@@ -24,7 +24,7 @@ class RLConfig:
     """One RL run; every field is a flag of `glmflash rl` (`flags.add_config_flags`). The
     defaults are the first RL stage the lab had (the reference lab's three families, half the
     groups on the ladder's RL structures, the last block and head): the RL experiments' `stage`
-    arm. The pipeline's stage (`PipelinePlan.rl_stage`) changes eight of them and the seed."""
+    arm. The pipeline's stage (`PipelinePlan.rl_stage`) changes seven of them and the seed."""
 
     objective: str = setting(
         "rloo",
@@ -60,9 +60,10 @@ class RLConfig:
     precision: str = setting(
         "fp32",
         "the update's arithmetic: fp32, bf16 autocast, or auto: bf16 where a bf16 matmul "
-        "measures clearly faster here (the whole model's update ran 1.7x faster on a Xeon with "
-        "AMX). Sampling and the dev checks stay fp32: bf16 decoding ran slower at these shapes "
-        "(results/profile/rl_precision.py)",
+        "measures clearly faster here. fp32 by default: on a Xeon with AMX bf16 updates of the "
+        "whole model ran 1.57x faster on a fixed batch shape but 0.96x on the stage's own "
+        "rollouts, whose shapes change every step (`glmflash bench rl`). Sampling and the dev "
+        "checks stay fp32: bf16 decoding ran slower (results/profile/rl_precision.py)",
         PRECISIONS,
     )
     seed: int = setting(31415, "task order and sampling")

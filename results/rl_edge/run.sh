@@ -22,9 +22,9 @@
 #    structure: the share of groups without spread; dev split, seeds 1-2.
 # 8. meetings: rl-structures' arm with each structure met 4 times (lr 3e-5 and 1e-4) and 8
 #    times: the budget of the pipeline's RL stage; dev split, seeds 1-2.
-# 9. stage-variants: the pipeline's stage, the same with rollouts at temperature 1.0, and with
-#    fp32 updates; dev split, seeds 1-2 (results/rl_edge/spread_probe.py: the share of groups
-#    without spread at each temperature).
+# 9. stage-variants: the pipeline's stage, the same with rollouts at temperature 1.0, and that
+#    with the edge sampler; dev split, seeds 1-2 (results/rl_edge/spread_probe.py: the share
+#    of groups without spread at each temperature).
 set -euo pipefail
 PIPELINE=${PIPELINE:-runs/pipeline}
 CKPT=${CKPT:-$(python3 -c "import json; print(json.load(open('$PIPELINE/pretrain/stage.json'))['selected'])")}

@@ -206,7 +206,8 @@ def test_structures_arm_meets_every_depth2_rl_structure_equally_with_new_instanc
 
 def test_stage_variants_are_the_pipelines_stage_and_one_change_each():
     """rl-stage-variants' `stage` is the pipeline's RL stage setting for setting (but the
-    seed); t10 differs from it in the rollouts' temperature alone, fp32 in the precision."""
+    seed); t10 differs from it in the rollouts' temperature alone, edge_t10 from t10 in the
+    sampler alone."""
     from glmflash.config import PipelinePlan
 
     arms = registry.get("rl-stage-variants").conditions
@@ -215,9 +216,10 @@ def test_stage_variants_are_the_pipelines_stage_and_one_change_each():
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in arm.items()}
         return RLConfig(**{k: v for k, v in fields.items() if k in RL_FIELDS}, seed=seed)
 
-    def changed(name: str) -> dict:
-        return {k: v for k, v in arms[name].items() if v != arms["stage"].get(k)}
+    def changed(name: str, against: str) -> dict:
+        return {k: v for k, v in arms[name].items() if v != arms[against].get(k)}
 
     assert config(arms["stage"], 5) == PipelinePlan.rl_stage(5)
-    assert changed("t10") == {"temperature": 1.0} and changed("fp32") == {"precision": "fp32"}
+    assert changed("t10", "stage") == {"temperature": 1.0}
+    assert changed("edge_t10", "t10") == {"sampler": "edge", "edge_estimate": "structure"}
     assert arms["base"]["train"] is False
