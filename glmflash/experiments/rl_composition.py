@@ -319,9 +319,8 @@ BUDGETS = register(
     )
 )
 
-STAGE_ARM = fresh(  # the pipeline's RL stage (`PipelinePlan.rl_stage`) as an arm
-    RL_MEETINGS, **MEETINGS_READ, eval_every=DEPTH2_STRUCTURES
-)
+STAGE_ARM = fresh(RL_MEETINGS, **MEETINGS_READ)  # the pipeline's RL stage as an arm (its last
+# policy: arms read the final checkpoint where the stage picks one by dev once a cycle)
 T10 = {**STAGE_ARM, "temperature": 1.0}
 STAGE_VARIANTS = register(
     Experiment(

@@ -206,8 +206,8 @@ def test_structures_arm_meets_every_depth2_rl_structure_equally_with_new_instanc
 
 def test_stage_variants_are_the_pipelines_stage_and_one_change_each():
     """rl-stage-variants' `stage` is the pipeline's RL stage setting for setting (but the
-    seed); t10 differs from it in the rollouts' temperature alone, edge_t10 from t10 in the
-    sampler alone."""
+    seed and the dev checks: an arm reads its final policy); t10 differs from it in the
+    rollouts' temperature alone, edge_t10 from t10 in the sampler alone."""
     from glmflash.config import PipelinePlan
 
     arms = registry.get("rl-stage-variants").conditions
@@ -219,7 +219,8 @@ def test_stage_variants_are_the_pipelines_stage_and_one_change_each():
     def changed(name: str, against: str) -> dict:
         return {k: v for k, v in arms[name].items() if v != arms[against].get(k)}
 
-    assert config(arms["stage"], 5) == PipelinePlan.rl_stage(5)
+    stage = PipelinePlan.rl_stage(5)
+    assert dataclasses.replace(config(arms["stage"], 5), eval_every=stage.eval_every) == stage
     assert changed("t10", "stage") == {"temperature": 1.0}
     assert changed("edge_t10", "t10") == {"sampler": "edge", "edge_estimate": "structure"}
     assert arms["base"]["train"] is False
