@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -661,6 +662,27 @@ def length_verdicts(sources, tasks):
     ]
 
 
+SMALL_RUN = dict(  # two steps of two groups of 3, on the whole model
+    families=("double", "even"),
+    groups=4,
+    group_size=3,
+    tasks_per_step=2,
+    max_new_tokens=8,
+    lr=1e-3,
+    scope="all",
+)
+
+
+def peaked_checkpoint(tmp_path) -> Path:
+    """A tiny model with room for the ladder's prompts, far from uniform (so completions
+    differ and rewards spread), saved under tmp_path."""
+    torch.manual_seed(0)
+    model = GLMFlash(model_config("tiny", context=192))
+    with torch.no_grad():
+        model.embedding.weight.mul_(4)
+    return save_model(tmp_path / "ck", model)
+
+
 class Killed(Exception):
     """The process dying part-way through a step."""
 
@@ -684,25 +706,9 @@ def test_rl_resumed_after_a_kill_equals_the_uninterrupted_run(tmp_path, monkeypa
         return SimpleNamespace(pass_rate=seen[-1][1])
 
     monkeypatch.setattr("glmflash.train.rl.evaluate_tasks", dev_score)
-    torch.manual_seed(0)
-    model = GLMFlash(model_config("tiny", context=192))  # room for the ladder's prompts
-    with torch.no_grad():  # far from uniform, so completions differ and rewards spread
-        model.embedding.weight.mul_(4)
-    init = save_model(tmp_path / "ck", model)
+    init = peaked_checkpoint(tmp_path)
     cfg = RLConfig(
-        families=("double", "even"),
-        groups=4,
-        group_size=3,
-        tasks_per_step=2,
-        eval_every=2,
-        dev_per_family=2,
-        dev_ladder=4,
-        max_new_tokens=8,
-        kl=0.1,
-        ptx=0.5,
-        ptx_batch=2,
-        lr=1e-3,
-        scope="all",
+        **SMALL_RUN, eval_every=2, dev_per_family=2, dev_ladder=4, kl=0.1, ptx=0.5, ptx_batch=2
     )
     calls = []
 
@@ -1022,24 +1028,8 @@ def test_auto_precision_is_chosen_once_and_read_back_on_resume(tmp_path, monkeyp
     monkeypatch.setattr(
         "glmflash.train.rl.evaluate_tasks", lambda *a, **kw: SimpleNamespace(pass_rate=0.0)
     )
-    torch.manual_seed(0)
-    model = GLMFlash(model_config("tiny", context=192))
-    with torch.no_grad():
-        model.embedding.weight.mul_(4)
-    init = save_model(tmp_path / "ck", model)
-    cfg = RLConfig(
-        families=("double", "even"),
-        groups=4,
-        group_size=3,
-        tasks_per_step=2,
-        eval_every=4,
-        dev_per_family=1,
-        dev_ladder=1,
-        max_new_tokens=8,
-        lr=1e-3,
-        scope="all",
-        precision="auto",
-    )
+    init = peaked_checkpoint(tmp_path)
+    cfg = RLConfig(**SMALL_RUN, eval_every=4, dev_per_family=1, dev_ladder=1, precision="auto")
     amps = []
 
     def recorded(*args, **kwargs):
