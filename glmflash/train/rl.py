@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from glmflash import checkpoint as ckpt
@@ -61,7 +62,7 @@ from glmflash.generate import (
     right_padded,
 )
 from glmflash.machine import bf16_warning, machine_record
-from glmflash.model.lm import GLMFlash, merge_states
+from glmflash.model.lm import GLMFlash
 from glmflash.plots import pyplot, save
 from glmflash.progress import Progress
 from glmflash.train.distributed import DistInfo
@@ -152,22 +153,18 @@ def sequence_logprobs(
     else:
         passes = _sorted_passes(model, seqs, chunks, device)
     rows, logps, entropies = [], [], []
-    for part, start, logits in passes:  # logits[r, t] predicts ids[part[r], start[r] + 1 + t]
+    for part, start, logits in passes:  # logits [n, L, V] predict ids[part, start + 1 ..]
         L = logits.shape[1]
         z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
         # the lowest finite value rather than -inf: probability 0, and 0 * log 0 = 0 in entropy
         z = z.masked_fill(~allowed_mask(z.shape[-1], device), torch.finfo(z.dtype).min)
         log_probs = torch.log_softmax(z, -1)
-        column = start[:, None] + torch.arange(L, device=device)  # of the [N, T - 1] grid
-        outside = column >= T - 1  # a short prompt's row padded to another row's completion
-        column = column.clamp_max(T - 2)
-        target = ids[part[:, None], column + 1, None]
-        logp = log_probs.gather(-1, target).squeeze(-1)
-        logps.append(_on_grid(logp, column, outside, T - 1))
+        target = ids[part, start + 1 : start + 1 + L, None]
+        logps.append(F.pad(log_probs.gather(-1, target).squeeze(-1), (start, T - 1 - start - L)))
         if with_entropy:
             with torch.no_grad():
                 entropy = -(log_probs.exp() * log_probs).sum(-1)
-                entropies.append(_on_grid(entropy, column, outside, T - 1))
+                entropies.append(F.pad(entropy, (start, T - 1 - start - L)))
         rows += part.tolist()
     back = torch.tensor(rows, device=device).argsort()  # where each row's scores landed
     logp = torch.cat(logps)[back] * mask
@@ -175,14 +172,7 @@ def sequence_logprobs(
     return Scored(logp, mask, ids[:, 1:], entropy)
 
 
-def _on_grid(values: Tensor, column: Tensor, outside: Tensor, width: int) -> Tensor:
-    """values [n, L] placed at their columns [n, L] of an [n, width] grid of zeros (the ones
-    `outside` it left out)."""
-    values = values.masked_fill(outside, 0)
-    return values.new_zeros(values.shape[0], width).scatter_add(1, column, values)
-
-
-Pass = tuple[Tensor, Tensor, Tensor]  # rows, each one's first predicting position, logits
+Pass = tuple[Tensor, int, Tensor]  # rows, first predicting position, logits [rows, L, V]
 
 
 def _sorted_passes(
@@ -195,8 +185,7 @@ def _sorted_passes(
     for begin in range(0, len(order), size):
         part = order[begin : begin + size]
         x, _ = right_padded([seqs[i][:-1] for i in part], device)
-        start = torch.zeros(len(part), dtype=torch.long, device=device)
-        passes.append((torch.tensor(part, device=device), start, model(x).logits))
+        passes.append((torch.tensor(part, device=device), 0, model(x).logits))
     return passes
 
 
@@ -206,30 +195,21 @@ def _shared_prompt_passes(
     completions: list[list[int]],
     device: torch.device,
 ) -> list[Pass]:
-    """The distinct prompts run once (BOS + prompt, one pass per prompt length), their states
-    are repeated for their rows (`DecodeState.select`: its backward sums the rows' gradients
-    into the shared prefix) and continue through the rows' completions, right-padded: all
-    the rows in one pass where the model decodes rows of different lengths together
-    (`merge_states`, each row at its own position), else one pass per prompt length. The
-    prompt's last logits predict the first completion token, the continuation the rest."""
-    prefixes = []  # (rows, the prompt's last logits, the state) per prompt length
-    for members, unique, pick in distinct_prompts([[tok.BOS, *p] for p in prompts], device):
-        out = model.forward_embeddings(model.embedding(unique))
-        prefixes.append((members, out.logits[pick, -1:], out.state.select(pick)))
-    batches = [prefixes] if model.ragged_decoding else [[p] for p in prefixes]
+    """Prompts of one length at a time: the distinct ones run once (BOS + prompt), their
+    states are repeated for their rows (`DecodeState.select`: its backward sums the rows'
+    gradients into the shared prefix) and continue through the rows' completions, right-padded.
+    The prompt's last logits predict the first completion token, the continuation the rest."""
     passes = []
-    for batch in batches:
-        rows = [i for members, *_ in batch for i in members]
-        C = max(len(completions[i]) for i in rows)
-        logits = torch.cat([first for _, first, _ in batch])[:, :C]  # none: all empty
+    for members, unique, pick in distinct_prompts([[tok.BOS, *p] for p in prompts], device):
+        P = len(prompts[members[0]])
+        out = model.forward_embeddings(model.embedding(unique))
+        C = max(len(completions[i]) for i in members)
+        logits = out.logits[pick, -1:][:, :C]  # none when every completion is empty
         if C > 1:
-            states = [state for *_, state in batch]
-            state = merge_states(states) if len(states) > 1 else states[0]
-            x, _ = right_padded([completions[i][:-1] for i in rows], device)
-            more = model.forward_embeddings(model.embedding(x), state).logits
+            x, _ = right_padded([completions[i][:-1] for i in members], device)
+            more = model.forward_embeddings(model.embedding(x), out.state.select(pick)).logits
             logits = torch.cat((logits, more), 1)
-        start = torch.tensor([len(prompts[i]) for i in rows], device=device)
-        passes.append((torch.tensor(rows, device=device), start, logits))
+        passes.append((torch.tensor(members, device=device), P, logits))
     return passes
 
 
