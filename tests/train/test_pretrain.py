@@ -105,7 +105,7 @@ def test_a_branch_keeps_the_dtypes_its_stable_run_chose(tmp_path, monkeypatch):
     def no_calibration(*args, **kwargs):
         raise AssertionError("a branch must not calibrate its dtypes again")
 
-    monkeypatch.setattr("glmflash.train.pretrain.autocast_dtype", no_calibration)
+    monkeypatch.setattr("glmflash.train.runlog.autocast_dtype", no_calibration)
     monkeypatch.setattr("glmflash.machine.fast_matmul_dtype", no_calibration)
     source = tmp_path / "stable" / "checkpoints" / "step_000004"
     pretrain(PretrainConfig(**{**wsd, "steps": 6}), tmp_path / "b", "cpu", branch_from=source)
