@@ -1,5 +1,6 @@
 """A training run's folder and logs: metrics as JSON lines (appended as they are made, trimmed
-back to a checkpoint on resume) and the machine each part of a run trained on."""
+back to a checkpoint on resume), the machine each part of a run trained on, and the dtypes the
+run chose at its first start, which a resume reads back (`run_autocast`)."""
 
 from __future__ import annotations
 
