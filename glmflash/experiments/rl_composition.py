@@ -60,9 +60,9 @@ split, 64 tasks a rung, so the stage's setting is chosen off the confirm split.
 `stage`) teaches more with its rollouts at temperature 1 than at 0.8 (`t10`), and with the edge
 sampler on top (`edge_t10`: pass rates per structure, groups without spread redrawn). From the
 pipeline's base, samples of every depth-2 RL structure imply that 50% of the stage's groups of
-16 have no reward spread at 0.8 and 38% at 1.0, and that about 20 of the 63 structures are
-never solved at either (results/rl_edge/spread_probe.py): the uniform order cannot go below
-that floor, a sampler can. Dev split, 64 tasks a rung.
+16 have no reward spread at 0.8 and 38% at 1.0, and that 15-16 of the 63 structures are
+never solved in 64 samples at either (results/rl_edge/spread_probe.py): the uniform order
+cannot go below that floor, a sampler can. Dev split, 64 tasks a rung.
 
 `rl-scope-lr` chooses ALL_LR: the edge sampler on the whole model at three learning rates and
 on the last block and head at the stage's rate, and the untrained checkpoint, on the dev
@@ -319,8 +319,9 @@ BUDGETS = register(
     )
 )
 
-STAGE_ARM = fresh(RL_MEETINGS, **MEETINGS_READ)  # the pipeline's RL stage as an arm (its last
-# policy: arms read the final checkpoint where the stage picks one by dev once a cycle)
+# The pipeline's RL stage as an arm: an arm reads its final policy, where the stage keeps the
+# one its dev check picks once a cycle.
+STAGE_ARM = fresh(RL_MEETINGS, **MEETINGS_READ)
 T10 = {**STAGE_ARM, "temperature": 1.0}
 STAGE_VARIANTS = register(
     Experiment(
