@@ -2,10 +2,10 @@
 weights) of the pipeline's stage on the same rollouts: its first step with reward spread from
 CHECKPOINT, 4 repeats in one process. Two versions of the code are compared by running each on
 PYTHONPATH in turn, e.g. the merged continuation in RL scoring (commit f539ce1, reverted) against
-its parent:
+the code before this work (64e8f57; the sparse layers then masked by offsets, not slots):
 
-    git worktree add /tmp/merged f539ce1 && git worktree add /tmp/parent f539ce1~1
-    PYTHONPATH=/tmp/parent python results/profile/rl_update_time.py CHECKPOINT
+    git worktree add /tmp/merged f539ce1 && git worktree add /tmp/before 64e8f57
+    PYTHONPATH=/tmp/before python results/profile/rl_update_time.py CHECKPOINT
     PYTHONPATH=/tmp/merged python results/profile/rl_update_time.py CHECKPOINT
 """
 
